@@ -1,0 +1,3 @@
+from nni_hwaware.cli import main
+
+raise SystemExit(main())

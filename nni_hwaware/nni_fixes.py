@@ -1,0 +1,100 @@
+"""Every fix NNI 3.0 needs on today's stack, in one place.
+
+NNI 3.0 (2023) is frozen; newer releases of its dependencies break it in known
+ways. Each fix here has a test in ``tests/test_nni_fixes.py`` that fails without it.
+
+1. ``nnictl`` and NNI's trial tool import ``pkg_resources`` at top level, which
+   ``setuptools>=81`` no longer ships: :func:`check_pkg_resources`.
+2. ``filelock>=3.12`` makes every NNI experiment hang at start (NNI's lock sets a
+   private attribute that newer releases ignore): :func:`check_versions`.
+3. ``import nni.nas.nn.pytorch`` warns about every torch class that is not an
+   ``nn.Module`` (``Buffer``, ...): :func:`import_nni_nas` silences exactly these.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import warnings
+from importlib import metadata
+from types import ModuleType
+
+__all__ = [
+    "IncompatibleEnvironmentError",
+    "check_environment",
+    "check_pkg_resources",
+    "check_versions",
+    "import_nni_nas",
+]
+
+#: (distribution, exclusive upper bound, why) — the pins NNI 3.0 needs.
+UPPER_BOUNDS: tuple[tuple[str, tuple[int, ...], str], ...] = (
+    ("filelock", (3, 12), "newer releases make every NNI experiment hang at start"),
+    ("setuptools", (81,), "newer releases drop pkg_resources, which nnictl imports"),
+)
+
+
+class IncompatibleEnvironmentError(ImportError):
+    """An installed package is outside the range NNI 3.0 works with."""
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+        if not piece.isdigit():
+            break
+    return tuple(parts)
+
+
+def check_versions(installed: dict[str, str] | None = None) -> None:
+    """Raise when filelock or setuptools is too new for NNI 3.0.
+
+    ``installed`` maps distribution name to version; by default it is read from
+    the environment. A missing distribution is not an error here.
+    """
+    for dist, bound, why in UPPER_BOUNDS:
+        if installed is not None:
+            version = installed.get(dist)
+        else:
+            try:
+                version = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                version = None
+        if version is None:
+            continue
+        if _version_tuple(version) >= bound:
+            pin = ".".join(map(str, bound))
+            raise IncompatibleEnvironmentError(
+                f"{dist} {version} is installed but NNI 3.0 needs {dist}<{pin} ({why}); "
+                f"fix: pip install '{dist}<{pin}'"
+            )
+
+
+def check_pkg_resources() -> None:
+    """Raise a clear error when ``pkg_resources`` (needed by nnictl) is missing."""
+    if importlib.util.find_spec("pkg_resources") is None:
+        raise IncompatibleEnvironmentError(
+            "pkg_resources is missing, so nnictl cannot start (setuptools>=81 removed it); "
+            "fix: pip install 'setuptools<81'"
+        )
+
+
+def check_environment() -> None:
+    """Run every check; called once when :mod:`nni_hwaware` is imported."""
+    check_versions()
+    check_pkg_resources()
+
+
+#: Warnings NNI 3.0 emits at import on torch>=2.5; harmless.
+_NNI_IMPORT_WARNINGS = r".*is found to be not a nn\.Module, which is unexpected.*"
+
+
+def import_nni_nas() -> ModuleType:
+    """Import ``nni.nas.nn.pytorch`` without its spurious warnings and return it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_NNI_IMPORT_WARNINGS, category=RuntimeWarning)
+        return importlib.import_module("nni.nas.nn.pytorch")

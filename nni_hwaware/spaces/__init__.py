@@ -1,0 +1,27 @@
+"""Search spaces of ResNet, MobileNet and SENet blocks on ResNet50's skeleton."""
+
+from __future__ import annotations
+
+from nni_hwaware.spaces.blocks import BLOCKS, block_names, build_block, register_block
+from nni_hwaware.spaces.config import Architecture, FixedPart, LayerSpec, SpaceConfig, StageConfig
+from nni_hwaware.spaces.network import BlockChoiceSpace, Network, build_network
+from nni_hwaware.spaces.registry import SPACES, get_space_config, register_space, space_names
+
+__all__ = [
+    "BLOCKS",
+    "SPACES",
+    "Architecture",
+    "BlockChoiceSpace",
+    "FixedPart",
+    "LayerSpec",
+    "Network",
+    "SpaceConfig",
+    "StageConfig",
+    "block_names",
+    "build_block",
+    "build_network",
+    "get_space_config",
+    "register_block",
+    "register_space",
+    "space_names",
+]

@@ -92,9 +92,12 @@ def test_supernet_is_an_nni_space_that_samples_and_freezes() -> None:
     config = get_space_config("digits_tiny")
     space = BlockChoiceSpace(config.to_dict())
     assert set(space.simplify()) == {s.label for s in config.layer_specs()}
-    sample = space.random(random_state=np.random.RandomState(0))
+    sample: dict = {}
+    space.random(memo=sample, random_state=np.random.RandomState(0))
+    assert config.check_architecture(sample) == sample
     net = space.freeze(sample)
     assert net(torch.randn(3, 1, 8, 8)).shape == (3, 10)
+    assert net.blocks.layer1_0.__class__ is build_block(sample["layer1_0"], 16, 32, 1).__class__
 
 
 def test_pruned_config_round_trips_and_shrinks_the_space() -> None:

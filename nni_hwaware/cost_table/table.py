@@ -47,10 +47,8 @@ one-line message naming the column or row and what to do.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.files import atomic_open
 
 __all__ = ["COLUMNS", "KEY_COLUMNS", "KINDS", "MEASURE_COLUMNS", "META_COLUMNS", "BlockKey", "CostTable"]
 
@@ -263,21 +262,11 @@ class CostTable:
         parquet = path.suffix.lower() == ".parquet"
         if parquet:
             _require_pyarrow()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-        try:
-            with open(tmp, "xb") as fh:
-                if parquet:
-                    self._frame.to_parquet(fh, engine="pyarrow", index=False)
-                else:
-                    self._frame.to_csv(fh, index=False, encoding="utf-8")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with atomic_open(path, "wb") as fh:
+            if parquet:
+                self._frame.to_parquet(fh, engine="pyarrow", index=False)
+            else:
+                self._frame.to_csv(fh, index=False, encoding="utf-8")
         return path
 
     @classmethod

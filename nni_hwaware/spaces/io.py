@@ -1,0 +1,31 @@
+"""Architecture files: ``{"space": ..., "arch": {layer: block}}`` JSON, checked against a space."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.files import read_json, write_json
+from nni_hwaware.spaces.config import Architecture, SpaceConfig
+
+__all__ = ["load_architecture", "save_architecture"]
+
+
+def save_architecture(path: str | os.PathLike[str], arch: Mapping[str, str], config: SpaceConfig,
+                      **extra: object) -> Path:
+    """Write ``arch`` with the space it belongs to (and any ``extra`` fields) atomically."""
+    return write_json(path, {"space": config.name, "arch": config.check_architecture(arch), **extra})
+
+
+def load_architecture(path: str | os.PathLike[str], config: SpaceConfig) -> Architecture:
+    """Read an architecture JSON (``{"arch": {...}}`` or a plain layer -> block dict) for ``config``."""
+    data = read_json(path, "architecture file")
+    arch = data.get("arch", data) if isinstance(data, dict) else None
+    if not isinstance(arch, dict) or not all(isinstance(v, str) for v in arch.values()):
+        raise HwAwareError(f"architecture file {path} must hold a layer -> block name mapping")
+    try:
+        return config.check_architecture(arch)
+    except HwAwareError as err:
+        raise HwAwareError(f"{path}: {err}") from None

@@ -1,0 +1,63 @@
+"""Measure one ``nn.Module`` on one chip: latency, FLOPs, parameters, memory.
+
+The building blocks of the per-chip cost tables:
+
+* :func:`measure_module` -- everything at once, as a :class:`ModuleCost`;
+* :func:`measure_latency` -- the timing loop (warm-up, calibration, CV
+  stopping rule, median +- 3 * 1.4826 * MAD outlier rejection);
+* :func:`count_flops` (2 x MACs), :func:`count_params`,
+  :func:`param_bytes`, :func:`peak_activation_bytes`;
+* :func:`detect_chip`, :func:`measure_peak_flops`, :func:`fixed_threads`;
+* the backend registry (:func:`get_backend`, :func:`register_backend`),
+  with ``"torch"`` and ``"onnxruntime"`` built in.
+
+Importing this package imports torch but not onnxruntime, and never
+initialises CUDA.
+"""
+
+from __future__ import annotations
+
+from nni_hwaware.profiling._checks import ONNX_INSTALL_HINT
+from nni_hwaware.profiling.backends import (
+    ONNX_OPSET,
+    Backend,
+    OnnxRuntimeBackend,
+    Runner,
+    TorchBackend,
+    available_backends,
+    export_onnx,
+    get_backend,
+    register_backend,
+)
+from nni_hwaware.profiling.chips import ChipInfo, detect_chip, fixed_threads, measure_peak_flops
+from nni_hwaware.profiling.flops import count_flops, count_params
+from nni_hwaware.profiling.measure import BYTES_PER_MB, ModuleCost, measure_module
+from nni_hwaware.profiling.memory import param_bytes, peak_activation_bytes
+from nni_hwaware.profiling.timing import LatencyStats, measure_latency, split_outliers
+
+__all__ = [
+    "BYTES_PER_MB",
+    "ONNX_INSTALL_HINT",
+    "ONNX_OPSET",
+    "Backend",
+    "ChipInfo",
+    "LatencyStats",
+    "ModuleCost",
+    "OnnxRuntimeBackend",
+    "Runner",
+    "TorchBackend",
+    "available_backends",
+    "count_flops",
+    "count_params",
+    "detect_chip",
+    "export_onnx",
+    "fixed_threads",
+    "get_backend",
+    "measure_latency",
+    "measure_module",
+    "measure_peak_flops",
+    "param_bytes",
+    "peak_activation_bytes",
+    "register_backend",
+    "split_outliers",
+]

@@ -166,3 +166,40 @@ def _cmd_chips(args: argparse.Namespace) -> int:
     comparison = table.compare_chips(keys, backend=args.backend, batch_size=args.batch_size)
     print(comparison.to_string())
     return 0
+
+
+# -- pruning ---------------------------------------------------------------------
+
+
+def _add_prune(parser: argparse.ArgumentParser) -> None:
+    from nni_hwaware.pruning import MODES
+
+    parser.add_argument("--space", required=True, help="space name or JSON file")
+    parser.add_argument("--table", required=True, help="cost table file (from `nni-hwaware profile`)")
+    _add_table_options(parser)
+    parser.add_argument("--mode", default="layer-mean", choices=MODES, help="threshold (default: layer-mean)")
+    parser.add_argument("-k", type=float, default=1.0, help="score scale k in S = k*U*P (default: 1)")
+    parser.add_argument("--threshold", type=float, help="score threshold for --mode value")
+    parser.add_argument("--top", type=int, help="blocks kept per layer for --mode top-k")
+    parser.add_argument("--keep", nargs="*", default=[], metavar="BLOCK",
+                        help="blocks always kept (e.g. skip, whose score is 0)")
+    parser.add_argument("--out", required=True, help="pruned space JSON to write (usable as --space)")
+    parser.add_argument("--report", help="CSV of every block's F, T, U, P, S and kept/dropped")
+
+
+@command("prune", "prune a space's candidates by hardware score S = k*U*P", _add_prune)
+def _cmd_prune(args: argparse.Namespace) -> int:
+    from nni_hwaware.cost_table import CostModel, CostTable
+    from nni_hwaware.pruning import prune_space
+    from nni_hwaware.spaces import get_space_config
+
+    config = get_space_config(args.space)
+    model = CostModel(CostTable.load(args.table), config, chip=args.chip, backend=args.backend,
+                      batch_size=args.batch_size)
+    result = prune_space(model, mode=args.mode, k=args.k, threshold=args.threshold, top=args.top,
+                         always_keep=args.keep)
+    result.save(args.out, args.report)
+    print(result.summary())
+    before, after = result.sizes()
+    print(f"space {config.name}: {before} -> {after} architectures; wrote {args.out}")
+    return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from nni_hwaware import __version__
 from nni_hwaware.errors import HwAwareError
@@ -77,7 +78,8 @@ def _add_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--space", required=True, help="space name or JSON file")
     _add_table_options(parser)
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
-    parser.add_argument("--threads", type=int, help="intra-op threads (default: torch's current)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads (default: 1, the steadiest timings; use what your deployment uses)")
     parser.add_argument("--peak-flops", type=float,
                         help="the chip's theoretical peak C in FLOP/s (default: measured by a matmul benchmark)")
     parser.add_argument("--merge", action="store_true",
@@ -112,7 +114,7 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--space", required=True, help="space name or JSON file")
     _add_table_options(parser)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int)
+    parser.add_argument("--threads", type=int, help="intra-op threads (default: those of the table)")
     parser.add_argument("-k", "--archs", type=int, default=20, help="random architectures to measure")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="CSV of per-architecture predictions and measurements")
@@ -202,4 +204,26 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     print(result.summary())
     before, after = result.sizes()
     print(f"space {config.name}: {before} -> {after} architectures; wrote {args.out}")
+    return 0
+
+
+def _add_collect(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, required=True, help="port of the profiling experiment's manager")
+    parser.add_argument("--out", required=True, help="merged cost table file to write")
+
+
+@command("collect", "merge the cost tables reported by a profiling experiment's trials (one per board)",
+         _add_collect)
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from nni_hwaware.cost_table.transport import collect_tables
+    from nni_hwaware.experiment.nnictl import RunningExperiment
+
+    experiment = RunningExperiment(id="", port=args.port, workdir=Path("."))
+    try:
+        metrics = experiment.final_metrics()
+    except OSError as err:
+        raise HwAwareError(f"no NNI manager answers on port {args.port} ({err}); is the experiment running?") from None
+    table = collect_tables(metrics)
+    table.save(args.out)
+    print(f"wrote {len(table)} rows for chips {', '.join(table.chips())} to {args.out}")
     return 0

@@ -44,6 +44,9 @@ def measure_architectures(config: SpaceConfig, archs: list[Architecture], *, bac
     """Measure whole networks end to end: latency_ms, memory_mb (weights + peak activations)."""
     shape = (config.in_channels, config.image_size, config.image_size)
     input_mb = 4 * batch_size * math.prod(shape) / BYTES_PER_MB
+    from nni_hwaware.cost_table.profile import TIMING
+
+    timing = {**TIMING, **timing}
     records = []
     for arch in tqdm(archs, desc="measuring networks", disable=not progress, unit="net"):
         cost = measure_module(build_network(config, arch), shape, batch_size=batch_size, backend=backend,
@@ -79,7 +82,11 @@ class FidelityReport:
 
 def validate(model: CostModel, k: int = 20, *, seed: int = 0, device: str = "cpu",
              threads: int | None = None, progress: bool = True, **timing: float) -> FidelityReport:
-    """Measure ``k`` random architectures of ``model``'s space; compare with the table's predictions."""
+    """Measure ``k`` random architectures of ``model``'s space; compare with the table's predictions.
+
+    ``threads`` defaults to the thread count the table was profiled with.
+    """
+    threads = model.threads if threads is None else threads
     archs = random_architectures(model.config, k, seed)
     measured = measure_architectures(model.config, archs, backend=model.backend, device=device,
                                      batch_size=model.batch_size, threads=threads, seed=seed,

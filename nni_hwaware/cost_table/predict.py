@@ -58,6 +58,13 @@ class ArchCost:
                 "flops": self.flops, "params": self.params}
 
 
+def _network_overhead(table: CostTable, config: SpaceConfig) -> float:
+    frame = table.frame
+    shape = BlockKey("network", (config.in_channels, config.image_size, config.image_size), 1, 1).shape_str
+    rows = frame[(frame.kind == "network") & (frame.input_shape == shape)]
+    return float(rows.latency_ms.iloc[0]) if len(rows) else 0.0
+
+
 class CostModel:
     """Per-layer costs of a space on one chip, read once from a cost table."""
 
@@ -92,6 +99,11 @@ class CostModel:
                 grid[i, : offsets[i + 1] - offsets[i]] = values[offsets[i]: offsets[i + 1]]
             self.layer_costs[metric] = grid
         self.fixed_costs = {metric: float(self.fixed[metric].sum()) for metric in _SUMMED}
+        #: Intra-op threads the table was profiled with (0 or None: the runtime's default).
+        self.threads: int | None = int(self.fixed["threads"].iloc[0]) or None
+        #: What a whole network costs beyond its blocks (the table's ``network`` row, if any).
+        self.network_overhead_ms = _network_overhead(selected, config)
+        self.fixed_costs["latency_ms"] += self.network_overhead_ms
         self.fixed_activation_mb = float(self.fixed["activation_mb"].max())
 
     # -- lookups -------------------------------------------------------------------

@@ -9,7 +9,8 @@ column               type   meaning
 ===================  =====  ==========================================================
 **key**
 ``block``            str    block name, e.g. ``"mbconv3_k5"``, ``"stem"``, ``"head"``
-``kind``             str    ``"candidate"`` (searchable choice) or ``"fixed"``
+``kind``             str    ``"candidate"`` (searchable choice), ``"fixed"`` (stem, head)
+                            or ``"network"`` (per-network overhead, see below)
 ``input_shape``      str    per-sample input shape ``"CxHxW"``, e.g. ``"64x32x32"``
 ``out_channels``     int    output channels
 ``stride``           int    stride
@@ -35,6 +36,11 @@ column               type   meaning
 ``device``           str    ``"cpu"``, ``"cuda:0"``, ...
 ``providers``        str    ONNX Runtime execution providers joined by ``"+"``; ``""`` for torch
 ===================  =====  ==========================================================
+
+A ``network`` row (block ``"network"``, the space's input shape) holds what a
+network costs beyond the sum of its blocks, measured when the table is profiled
+(see :mod:`nni_hwaware.cost_table.profile`): its ``latency_ms`` is added to every
+prediction.
 
 A row is identified by every key column except ``kind`` (which only describes the
 block): two rows may not share (block, input_shape, out_channels, stride, chip,
@@ -70,7 +76,7 @@ MEASURE_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 META_COLUMNS: tuple[str, ...] = ("torch_version", "threads", "profiled_at", "device", "providers")
 COLUMNS: tuple[str, ...] = KEY_COLUMNS + MEASURE_COLUMNS + META_COLUMNS
-KINDS: tuple[str, ...] = ("candidate", "fixed")
+KINDS: tuple[str, ...] = ("candidate", "fixed", "network")
 
 _NONEMPTY = ("block", "kind", "input_shape", "chip", "backend")
 _STR = (*_NONEMPTY, "torch_version", "profiled_at", "device", "providers")

@@ -1,0 +1,120 @@
+"""The cost-table CLI end to end on a real profile, and profiling many boards through NNI."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nni_hwaware.cli import main
+from nni_hwaware.cost_table import CostModel, CostTable, profile_entries, profile_space
+from nni_hwaware.cost_table.transport import collect_tables, table_from_text, table_to_text
+from nni_hwaware.spaces import get_space_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("profile") / "table.csv"
+    assert main(["profile", "--space", "digits_tiny", "--chip", "test-board", "--threads", "1",
+                 "--peak-flops", "1e10", "--out", str(out)]) == 0
+    return out
+
+
+def test_profile_writes_every_distinct_block_once_plus_network_row(tiny_profile: Path) -> None:
+    table = CostTable.load(tiny_profile)
+    config = get_space_config("digits_tiny")
+    frame = table.frame
+    assert len(frame[frame.kind != "network"]) == len(profile_entries(config)) == 2 + 4 * 4
+    assert set(frame.chip) == {"test-board"} and set(frame.peak_flops) == {1e10}
+    assert (frame[frame.kind == "network"].latency_ms > 0).all()
+    cost = CostModel(table, config).predict(config.baseline())
+    assert cost.params == sum(p.numel() for p in __import__("nni_hwaware.spaces", fromlist=["x"])
+                              .build_network(config, config.baseline()).parameters())
+
+
+def test_identical_layers_are_profiled_once() -> None:
+    config = get_space_config("digits")
+    entries = profile_entries(config)
+    # layer*_1 repeat nothing: the first layer of a stage differs (stride/channels), the second does not
+    assert len(entries) == 2 + 8 * len(config.candidates)
+    config2 = get_space_config("cifar10_resnet50")
+    assert len(profile_entries(config2)) == 2 + 8 * len(config2.candidates)
+
+
+def test_prune_and_chips_on_a_profiled_table(tiny_profile: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "pruned.json"
+    assert main(["prune", "--space", "digits_tiny", "--table", str(tiny_profile), "--mode", "top-k",
+                 "--top", "2", "--out", str(out), "--report", str(tmp_path / "r.csv")]) == 0
+    pruned = get_space_config(out)
+    assert all(len(s.candidates) == 2 for s in pruned.layer_specs())
+    assert main(["chips", str(tiny_profile), "--space", str(out)]) == 0
+    assert "test-board" in capsys.readouterr().out
+
+
+def test_validate_prints_agreement(tiny_profile: Path, tmp_path: Path, capsys) -> None:
+    assert main(["validate", str(tiny_profile), "--space", "digits_tiny", "--threads", "1", "-k", "5",
+                 "--out", str(tmp_path / "v.csv")]) == 0
+    text = capsys.readouterr().out
+    assert "spearman=" in text and "mape=" in text and "within_10pct=" in text
+    assert len((tmp_path / "v.csv").read_text().splitlines()) == 6
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["profile", "--space", "nope", "--out", "x.csv"], "unknown space 'nope'"),
+     (["chips", "missing.csv"], "does not exist"),
+     (["prune", "--space", "digits", "--table", "TABLE", "--out", "p.json"], "no row for block"),
+     (["prune", "--space", "digits_tiny", "--table", "TABLE", "--chip", "other", "--out", "p.json"],
+      "chip 'other'")],
+)
+def test_bad_input_is_one_line_and_writes_nothing(argv: list[str], message: str, tiny_profile: Path,
+                                                  tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = [str(tiny_profile) if a == "TABLE" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+def test_table_survives_the_metric_transport(tiny_profile: Path) -> None:
+    table = CostTable.load(tiny_profile)
+    text = table_to_text(table)
+    assert len(text) < 16_000
+    assert table_from_text(text).frame.equals(table.frame)
+    merged = collect_tables([{"cost_table": text}, {"cost_table": text}, {"default": 1.0}])
+    assert len(merged) == len(table)
+
+
+def test_onnxruntime_backend_profiles_a_table() -> None:
+    pytest.importorskip("onnxruntime")
+    config = get_space_config("digits_tiny")
+    entries = profile_entries(config)[:4]
+    table = profile_space(config, backend="onnxruntime", entries=entries, threads=1, peak_flops=1e10,
+                          progress=False, calibration_archs=0, max_seconds=1.0)
+    frame = table.frame
+    assert set(frame.backend) == {"onnxruntime"} and frame.providers.str.contains("CPUExecutionProvider").all()
+
+
+@pytest.mark.nnictl
+@pytest.mark.slow
+def test_profiling_many_boards_through_nni(tmp_path: Path) -> None:
+    from nni_hwaware.experiment import create_experiment, write_config
+
+    template = yaml.safe_load((ROOT / "examples/profile_chips/config_local.yml").read_text())
+    template["trialCommand"] = template["trialCommand"].replace("python", shlex.quote(sys.executable), 1)
+    template["trialCodeDirectory"] = str(tmp_path)
+    config = write_config(template, tmp_path / "config.yml", tmp_path / "experiments")
+    with create_experiment(config) as experiment:
+        status = experiment.wait(timeout=240)
+        assert status == "DONE", experiment.describe()
+        out = tmp_path / "tables.csv"
+        assert main(["collect", "--port", str(experiment.port), "--out", str(out)]) == 0
+    table = CostTable.load(out)
+    assert table.chips() == ["board-a", "board-b"]
+    assert len(table) == 2 * (len(profile_entries(get_space_config("digits_tiny"))) + 1)

@@ -63,10 +63,10 @@ class BlockChoiceSpace(_nas.ModelSpace):
         super().__init__()
         self.config = SpaceConfig.from_dict(config)
         sample = current_model()
-        if sample is not None:
-            self.config.check_architecture({
-                label: value for label, value in sample.items() if not label.startswith("_")
-            })
+        #: The architecture, when built frozen (NNI's trials); None for the supernet.
+        self.arch = None if sample is None else self.config.check_architecture({
+            label: value for label, value in sample.items() if not label.startswith("_")
+        })
         self.stem = self.config.build_fixed("stem")
         self.blocks = nn.Sequential()
         for spec in self.config.layer_specs():

@@ -1,0 +1,35 @@
+"""The PPO search as an NNI NAS Strategy, for ``NasExperiment(space, evaluator, strategy)``.
+
+A thin wrapper: NNI's ``HPOTunerStrategy`` drives :class:`PPOTuner` (one core,
+two routes), and :meth:`state_dict` / :meth:`load_state_dict` carry the policy
+and the history, so a resumed experiment continues with what it learned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nni.nas.strategy import HPOTunerStrategy
+
+from nni_hwaware.strategies.ppo.tuner import PPOTuner
+
+__all__ = ["PPOStrategy"]
+
+
+class PPOStrategy(HPOTunerStrategy):
+    """PPO architecture search under a hardware budget; arguments as :class:`PPOTuner`."""
+
+    def __init__(self, space: str, table: str | None = None, **options: Any) -> None:
+        super().__init__(PPOTuner(space, table, **options))
+
+    def extra_repr(self) -> str:
+        tuner = self.tuner
+        return f"space={tuner.config.name!r}, budget={tuner.budget_spec!r}, ppo={tuner.ppo_config!r}"
+
+    def state_dict(self) -> dict[str, Any]:
+        search = self.tuner.search
+        return {**super().state_dict(), "ppo": None if search is None else search.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self.tuner.initial_state = state_dict.get("ppo")

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nni.nas.space.frozen import current_model
+from nni.nas.space.frozen import current_model, model_context
 
 from nni_hwaware.nni_fixes import import_nni_nas
 from nni_hwaware.spaces.blocks import build_block
@@ -80,3 +80,8 @@ class BlockChoiceSpace(_nas.ModelSpace):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.blocks(self.stem(x)))
+
+    def freeze(self, sample: dict[str, Any]) -> BlockChoiceSpace:
+        """The network of ``sample``, built afresh with only its blocks (not a copy of the supernet)."""
+        with model_context(sample):
+            return BlockChoiceSpace(self.config.to_dict())

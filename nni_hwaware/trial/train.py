@@ -142,11 +142,11 @@ def train_network(net: nn.Module, dataset: str, train: TrainConfig,
                         f"training loss became {float(loss)} in epoch {epoch}; last finite loss "
                         f"{last_finite:.4g}: lower the learning rate (lr={train.lr})"
                     )
-                last_finite = float(loss)
+                last_finite = loss.item()
                 optimiser.zero_grad(set_to_none=True)
                 loss.backward()
                 optimiser.step()
-                total += float(loss) * len(y)
+                total += last_finite * len(y)
                 count += len(y)
             schedule.step()
             val1, val3, val_loss = evaluate(net, loaders["val"], device)

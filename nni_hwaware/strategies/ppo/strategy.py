@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nni.nas.strategy import HPOTunerStrategy
+from nni.nas.strategy.hpo import HPOTunerStrategy
 
 from nni_hwaware.strategies.ppo.tuner import PPOTuner
 

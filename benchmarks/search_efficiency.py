@@ -1,0 +1,129 @@
+"""Trials each strategy needs to find the best architecture under a latency budget.
+
+On the tabular benchmark (``benchmarks/data/tabular_digits_tiny.csv``: every
+architecture of ``digits_tiny`` trained on digits; rebuild it with
+``build_tabular.py``), every strategy is driven through NNI's Tuner interface
+(``update_search_space`` / ``generate_parameters`` / ``receive_trial_result``),
+and a trial is a table look-up instead of a training run. The budget admits
+about a third of the architectures. An over-budget trial is reported to the
+tuner as a failure (accuracy 0): its network would not fit the chip.
+
+Per strategy, over ``--seeds`` seeds: median trials until the best feasible
+architecture is trained (censored at the space size + 1 when never found),
+regret at 50 trials, over-budget trials and milliseconds per decision. The last
+line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nni
+import numpy as np
+import pandas as pd
+
+from nni_hwaware.spaces import get_space_config
+
+DATA = Path(__file__).parent / "data"
+SPACE = "digits_tiny"
+
+
+def _strategies(budget_ms: float) -> dict[str, Callable[[int], Any]]:
+    from nni.algorithms.hpo.random_tuner import RandomTuner
+    from nni.algorithms.hpo.regularized_evolution_tuner import RegularizedEvolutionTuner
+    from nni.algorithms.hpo.tpe_tuner import TpeTuner
+
+    from nni_hwaware.strategies.ppo.tuner import PPOTuner
+
+    def evolution(seed: int) -> Any:
+        random.seed(seed)  # NNI's evolution tuner draws from the global `random` module
+        np.random.seed(seed)
+        return RegularizedEvolutionTuner(optimize_mode="maximize", population_size=16, sample_size=4)
+
+    return {
+        "ppo": lambda seed: PPOTuner(SPACE, str(DATA / f"{SPACE}_table.csv"),
+                                     budget={"latency_ms": budget_ms}, ppo={"seed": seed}),
+        "random": lambda seed: RandomTuner(seed=seed),
+        "tpe": lambda seed: TpeTuner(optimize_mode="maximize", seed=seed),
+        "regularized_evolution": evolution,
+    }
+
+
+def run(tuner: Any, frame: pd.DataFrame, budget_ms: float, max_trials: int) -> dict[str, Any]:
+    config = get_space_config(SPACE)
+    labels = [s.label for s in config.layer_specs()]
+    tuner.update_search_space({s.label: {"_type": "choice", "_value": list(s.candidates)}
+                               for s in config.layer_specs()})
+    lookup = frame.set_index(labels)
+    feasible = frame[frame.latency_ms <= budget_ms]
+    best_acc = feasible.val_acc.max()
+    found_at, over, best_so_far, decision_s, curve = None, 0, 0.0, 0.0, []
+    for trial in range(max_trials):
+        start = time.perf_counter()
+        try:
+            params = tuner.generate_parameters(trial)
+        except nni.NoMoreTrialError:
+            break
+        decision_s += time.perf_counter() - start
+        row = lookup.loc[tuple(params[label] for label in labels)]
+        fits = row.latency_ms <= budget_ms
+        over += not fits
+        accuracy = float(row.val_acc) if fits else 0.0
+        metric = {"default": accuracy, "latency_ms": float(row.latency_ms),
+                  "arch": json.dumps({label: params[label] for label in labels})}
+        tuner.receive_trial_result(trial, params, metric)
+        tuner.trial_end(trial, True)
+        best_so_far = max(best_so_far, accuracy)
+        curve.append(best_so_far)
+        if found_at is None and fits and accuracy >= best_acc:
+            found_at = trial + 1
+    trials = len(curve)
+    return {"trials_to_best": found_at if found_at is not None else max_trials + 1,
+            "regret_at_50": float(best_acc - (curve[min(49, trials - 1)] if curve else 0.0)),
+            "over_budget": over, "decision_ms": 1000 * decision_s / max(1, trials)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--strategies", nargs="*")
+    parser.add_argument("--budget-quantile", type=float, default=1 / 3)
+    args = parser.parse_args()
+    logging.getLogger("nni").setLevel(logging.ERROR)
+    frame = pd.read_csv(DATA / f"tabular_{SPACE}.csv")
+    budget_ms = float(frame.latency_ms.quantile(args.budget_quantile))
+    strategies = _strategies(budget_ms)
+    names = args.strategies or list(strategies)
+    max_trials = len(frame)
+    out: dict[str, Any] = {"budget_ms": budget_ms, "feasible_share": float((frame.latency_ms <= budget_ms).mean()),
+                           "n_archs": len(frame), "seeds": args.seeds}
+    for name in names:
+        runs = [run(strategies[name](seed), frame, budget_ms, max_trials) for seed in range(args.seeds)]
+        summary = {
+            "median_trials_to_best": statistics.median(r["trials_to_best"] for r in runs),
+            "mean_regret_at_50": statistics.mean(r["regret_at_50"] for r in runs),
+            "over_budget_trials": sum(r["over_budget"] for r in runs),
+            "decision_ms": statistics.mean(r["decision_ms"] for r in runs),
+            "not_found": sum(r["trials_to_best"] > max_trials for r in runs),
+        }
+        out[name] = summary
+        out[f"{name}_median_trials_to_best"] = summary["median_trials_to_best"]
+        print(name, json.dumps(summary), flush=True)
+    if "ppo" in out and "random" in out:
+        out["ratio_vs_random"] = out["ppo_median_trials_to_best"] / out["random_median_trials_to_best"]
+        out["regret_at_50"] = out["ppo"]["mean_regret_at_50"]
+        out["over_budget_trials"] = out["ppo"]["over_budget_trials"]
+        out["decision_ms"] = out["ppo"]["decision_ms"]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The PPO adapters in real NNI experiments: NasExperiment (Strategy) and nnictl (Tuner)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from nni_hwaware.cost_table import profile_space
+from nni_hwaware.spaces import get_space_config
+
+pytestmark = pytest.mark.slow
+TRAIN = {"epochs": 1, "threads": 1}
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("ppo") / "digits_tiny.csv"
+    profile_space(get_space_config("digits_tiny"), progress=False, calibration_archs=0,
+                  max_seconds=0.5).save(path)
+    return path
+
+
+def test_strategy_under_nas_experiment(table: Path, tmp_path: Path) -> None:
+    from nni.nas.experiment import NasExperiment, NasExperimentConfig
+
+    from nni_hwaware.spaces import BlockChoiceSpace
+    from nni_hwaware.strategies.evaluator import hardware_evaluator
+    from nni_hwaware.strategies.ppo.strategy import PPOStrategy
+
+    config = get_space_config("digits_tiny")
+    strategy = PPOStrategy("digits_tiny", str(table), budget={"latency_ms": "100%"},
+                           ppo={"seed": 0, "update_every": 2})
+    experiment = NasExperiment(BlockChoiceSpace(config.to_dict()),
+                               hardware_evaluator("digits_tiny", str(table), train=TRAIN), strategy,
+                               NasExperimentConfig("sequential", "raw"))
+    experiment.config.max_trial_number = 4
+    experiment.config.experiment_working_directory = str(tmp_path)
+    experiment.run()
+    search = strategy.tuner.search
+    assert len(search.history.order) == 4
+    assert all(0.0 < reward <= 1.0 for reward in search.history.rewards.values())
+    state = strategy.state_dict()
+    assert len(state["ppo"]["history"]) == 4
+    assert "PPOStrategy(space='digits_tiny'" in repr(strategy)
+
+    resumed = PPOStrategy("digits_tiny", str(table), budget={"latency_ms": "100%"},
+                          ppo={"seed": 0, "update_every": 2})
+    resumed.load_state_dict(state)
+    assert resumed.tuner.initial_state is state["ppo"]
+
+
+@pytest.mark.nnictl
+def test_tuner_under_nnictl_with_concurrency_2(table: Path, tmp_path: Path) -> None:
+    from nni_hwaware.experiment import create_experiment, write_config
+
+    config = get_space_config("digits_tiny")
+    search_space = {s.label: {"_type": "choice", "_value": list(s.candidates)} for s in config.layer_specs()}
+    (tmp_path / "search_space.json").write_text(json.dumps(search_space))
+    state = tmp_path / "ppo_state.pt"
+    template = {
+        "searchSpaceFile": str(tmp_path / "search_space.json"),
+        "trialCommand": f"{shlex.quote(sys.executable)} -m nni_hwaware.trial --space digits_tiny "
+                        f"--table {shlex.quote(str(table))} --train '{json.dumps(TRAIN)}'",
+        "trialCodeDirectory": str(tmp_path),
+        "trialConcurrency": 2,
+        "maxTrialNumber": 4,
+        "tuner": {"codeDirectory": str(tmp_path), "className": "nni_hwaware.strategies.ppo.tuner.PPOTuner",
+                  "classArgs": {"space": "digits_tiny", "table": str(table),
+                                "budget": {"latency_ms": "100%"}, "ppo": {"seed": 0, "update_every": 2},
+                                "state_file": str(state)}},
+        "trainingService": {"platform": "local"},
+    }
+    path = write_config(template, tmp_path / "config.yml", tmp_path / "experiments")
+    with create_experiment(path) as experiment:
+        assert experiment.wait(timeout=300) == "DONE", experiment.describe()
+        jobs = experiment.trial_jobs()
+        metrics = experiment.final_metrics()
+    assert len(jobs) == 4 and all(job["status"] == "SUCCEEDED" for job in jobs)
+    archs = [json.loads(m["arch"]) for m in metrics]
+    assert len({tuple(a.values()) for a in archs}) == 4  # no architecture trained twice
+    assert all({"latency_ms", "memory_mb", "flops", "params", "val_top3"} <= set(m) for m in metrics)
+    import torch
+
+    saved = torch.load(state, weights_only=True)
+    assert sorted(tuple(k) for k, _ in saved["history"]) == sorted(
+        tuple(config.layer_specs()[i].candidates.index(a[s.label]) for i, s in enumerate(config.layer_specs()))
+        for a in archs)

@@ -165,7 +165,9 @@ def test_tuner_restricts_to_the_search_space_and_trusts_the_echoed_arch(tmp_path
     tuner = _tuner(tmp_path, budget={"latency_ms": "100%"}, ppo={"seed": 1})
     # baseline (bottleneck, bottleneck) predicts 2.75 ms
     assert tuner.search.budget.latency_ms == pytest.approx(2.75)
-    params = [tuner.generate_parameters(i) for i in range(4)]
+    generated = [tuner.generate_parameters(i) for i in range(4)]
+    assert all(p["_table"] == str(tmp_path / "t.csv") for p in generated)
+    params = [{k: v for k, v in p.items() if not k.startswith("_")} for p in generated]
     assert all(p["layer2_0"] != "basic" and latency(p) <= 2.75 for p in params)
     # NNI paired trial 0's parameters with trial 1's metric: the echoed arch wins.
     tuner.receive_trial_result(0, params[0], {"default": 0.7, "arch": json.dumps(params[1])})
@@ -196,7 +198,7 @@ def test_tuner_resumes_from_its_state_file(tmp_path) -> None:
     resumed = _tuner(tmp_path, ppo={"seed": 2}, state_file=str(state))
     assert len(resumed.search.history.order) == 3
     new = [resumed.generate_parameters(10 + i) for i in range(3)]
-    assert not any(a in done for a in new)
+    assert not any(a in done for a in new) and len(new) == 3
 
 
 def test_tuner_import_data_counts_earlier_trials(tmp_path) -> None:
@@ -231,7 +233,9 @@ def test_class_args_validator_uses_the_signature(tmp_path) -> None:
 
 
 def test_resolve_budget_rejects_garbage(model: CostModel) -> None:
+    baseline = model.predict(tiny_config().baseline()).metrics()
+    assert resolve_budget({"latency_ms": "50%", "flops": 10}, baseline) == Budget(latency_ms=1.375, flops=10)
     with pytest.raises(HwAwareError, match="not a percentage"):
-        resolve_budget({"latency_ms": "fast%"}, model)
+        resolve_budget({"latency_ms": "fast%"}, baseline)
     with pytest.raises(HwAwareError, match="unknown budget key"):
-        resolve_budget({"energy": 1}, model)
+        resolve_budget({"energy": 1}, baseline)

@@ -169,7 +169,9 @@ def _network_overhead(table: CostTable, config: SpaceConfig, k: int, *, chip: st
     row = {**template, "block": "network", "kind": "network",
            "input_shape": BlockKey("network", shape, config.num_classes, 1).shape_str,
            "out_channels": config.num_classes, "stride": 1, "latency_ms": overhead,
-           "latency_std_ms": float(np.std(gaps)), "latency_cv": float(np.std(gaps)) / overhead,
+           # the gap's spread relative to the networks' latency (the gap itself may be ~0)
+           "latency_std_ms": float(np.std(gaps)),
+           "latency_cv": float(np.std(gaps)) / float(measured["latency_ms"].mean()),
            "runs": len(archs), "param_mb": 0.0, "activation_mb": 0.0, "memory_mb": 0.0,
            "flops": 0, "params": 0, "utilisation": 0.0}
     return CostTable.from_records([row])

@@ -122,6 +122,26 @@ class BudgetMask:
             mask &= need <= limit * (1 + _EPS) + _EPS
         return mask
 
+    def enumerate(self, limit: int = 20_000) -> list[tuple[int, ...]] | None:
+        """Every architecture under the budget (candidate indices), or None if there are more than ``limit``.
+
+        A depth-first walk that only follows allowed choices, so its cost is
+        proportional to the feasible set, not to the space.
+        """
+        found: list[tuple[int, ...]] = []
+
+        def walk(prefix: list[int]) -> bool:
+            if len(prefix) == self.n_layers:
+                if self.within(prefix):
+                    found.append(tuple(prefix))
+                return len(found) <= limit
+            for j in np.flatnonzero(self.allowed(prefix)):
+                if not walk([*prefix, int(j)]):
+                    return False
+            return True
+
+        return found if walk([]) else None
+
     def within(self, indices: Sequence[int]) -> bool:
         """Whether the finished architecture (candidate index per layer) fits every bound."""
         arch = {label: names[j] for label, names, j in zip(self.model.labels, self.model.candidates, indices, strict=True)}

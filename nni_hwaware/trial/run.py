@@ -34,11 +34,13 @@ def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float],
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m nni_hwaware.trial", description=__doc__.splitlines()[0])
     parser.add_argument("--space", required=True, help="space name or JSON file")
-    parser.add_argument("--table", required=True, help="cost table of the target chip")
+    parser.add_argument("--table", help="cost table of the target chip (default: the one the tuner names)")
     parser.add_argument("--chip", help="chip in the table (default: its only chip)")
     parser.add_argument("--backend", default="torch")
     parser.add_argument("--batch-size", type=int, default=1, help="batch size of the cost table")
     parser.add_argument("--train", default="{}", help="training options as JSON (see TrainConfig)")
+    parser.add_argument("--epochs", type=int, help="training epochs (overrides --train)")
+    parser.add_argument("--threads", type=int, help="intra-op threads while training (overrides --train)")
     parser.add_argument("--arch", help="architecture JSON file, to run without NNI")
     return parser
 
@@ -65,13 +67,21 @@ def _run(args: argparse.Namespace) -> int:
         options = json.loads(args.train)
     except json.JSONDecodeError as err:
         raise HwAwareError(f"--train is not valid JSON: {err}") from None
+    if not isinstance(options, dict):
+        raise HwAwareError("--train must be a JSON object of training options")
+    options.update({k: v for k, v in (("epochs", args.epochs), ("threads", args.threads)) if v is not None})
     train = TrainConfig.from_dict(options)
-    model = CostModel(CostTable.load(args.table), config, chip=args.chip, backend=args.backend,
-                      batch_size=args.batch_size)
+    params = {} if args.arch else (nni.get_next_parameter() or {})
+    table = args.table or params.get("_table")
+    if not table:
+        raise HwAwareError("no cost table: pass --table FILE (or run under the PPO tuner, which names it)")
+    model = CostModel(CostTable.load(table), config, chip=args.chip or params.get("_chip"),
+                      backend=args.backend, batch_size=args.batch_size)
+    if params.get("_retrain"):
+        return _retrain(config, model, params)
     if args.arch:
         arch = load_architecture(args.arch, config)
     else:
-        params = nni.get_next_parameter()
         if not params:
             raise HwAwareError("no parameters from NNI: run this as an NNI trial, or pass --arch FILE")
         arch = config.check_architecture({k: v for k, v in params.items() if not k.startswith("_")})
@@ -85,4 +95,53 @@ def _run(args: argparse.Namespace) -> int:
     final = trial_metrics(arch, result.metrics(), costs)
     nni.report_final_result(final)
     print(json.dumps(final))
+    return 0
+
+
+def _wait_for_results(path: str, expected: int, timeout: float = 900.0) -> list[dict[str, Any]]:
+    """The tuner's record of every search trial, once the last running ones have reported."""
+    import time
+    from pathlib import Path
+
+    from nni_hwaware.files import read_json
+
+    deadline = time.monotonic() + timeout
+    trials: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        if Path(path).is_file():
+            trials = read_json(path, "trial history")
+            if len(trials) >= expected:
+                break
+        time.sleep(2.0)
+    return trials
+
+
+def _retrain(config: Any, model: Any, params: Mapping[str, Any]) -> int:
+    """The last trial of a search: retrain the best architecture and the baseline, write the report."""
+    import nni
+
+    from nni_hwaware.report.results import evaluate_architecture
+    from nni_hwaware.report.search import best_trial, write_search_report
+    from nni_hwaware.trial.train import TrainConfig
+
+    trials = _wait_for_results(params["_history_file"], int(params["_expected"]))
+    best = best_trial(trials)
+    train = TrainConfig.from_dict(params.get("_train") or {})
+    results = {}
+    for name, arch in (("baseline", config.baseline()), ("found", best["arch"])):
+        results[name] = evaluate_architecture(config, arch, train, cost_model=model, name=name,
+                                              threads=model.threads)
+        nni.report_intermediate_result({"default": results[name].test_top1, "retrained": name})
+    out_dir = f"{params['_output_dir']}/report"
+    paths = write_search_report(out_dir, results["baseline"], results["found"], trials,
+                                baseline_predicted_ms=model.predict(config.baseline()).latency_ms)
+    found, base = results["found"], results["baseline"]
+    final = {"default": found.test_top1, "retrain": True, "test_top3": found.test_top3,
+             "latency_ms": found.latency_ms, "memory_mb": found.memory_mb,
+             "baseline_test_top1": base.test_top1, "baseline_latency_ms": base.latency_ms,
+             "latency_ratio": found.latency_ms / base.latency_ms, "memory_ratio": found.memory_mb / base.memory_mb,
+             "report": str(paths["markdown"]), "arch": json.dumps(found.arch, separators=(",", ":"))}
+    nni.report_final_result(final)
+    print(json.dumps(final))
+    print("report written: " + ", ".join(str(p) for p in paths.values()))
     return 0

@@ -1,7 +1,21 @@
-"""PPO-style actor-critic search under a hardware budget: core, NNI Tuner, NNI Strategy."""
+"""PPO-style actor-critic search under a hardware budget: core, NNI Tuner, NNI Strategy.
+
+``PPOSearch`` and ``reward_of`` load torch on first access, so that importing the
+tuner stays fast (NNI gives its dispatcher 10 seconds to connect).
+"""
 
 from __future__ import annotations
 
-from nni_hwaware.strategies.ppo.core import REWARDS, PPOConfig, PPOSearch, reward_of
+from typing import Any
+
+from nni_hwaware.strategies.ppo.config import REWARDS, PPOConfig
 
 __all__ = ["REWARDS", "PPOConfig", "PPOSearch", "reward_of"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("PPOSearch", "reward_of"):
+        from nni_hwaware.strategies.ppo import core
+
+        return getattr(core, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

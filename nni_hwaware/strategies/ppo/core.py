@@ -28,69 +28,15 @@ import torch
 from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.budget import Budget, BudgetMask
+from nni_hwaware.strategies.ppo.config import REWARDS, PPOConfig
 from nni_hwaware.strategies.ppo.policy import ActorCritic
 
 __all__ = ["REWARDS", "PPOConfig", "PPOSearch", "reward_of"]
 
-REWARDS = ("accuracy", "neg_flops", "mnas")
 #: Known architectures drawn in a row before a proposal explores uniformly.
-_UNIFORM_AFTER = 16
-
-
-@dataclass(frozen=True)
-class PPOConfig:
-    """Options of the PPO search (CleanRL-style: one documented field each)."""
-
-    seed: int = 0
-    """Seeds the policy's initial weights and every sampled decision."""
-    update_every: int = 4
-    """Results (finished trials or reused duplicates) per policy update."""
-    epochs: int = 8
-    """Passes over each batch of episodes per update."""
-    lr: float = 0.01
-    """Adam learning rate."""
-    optimizer: str = "adam"
-    """'adam' or 'sgd' (seed 000 step 5: stochastic gradient descent)."""
-    clip: float = 0.2
-    """PPO's clipping range of the probability ratio."""
-    value_coef: float = 0.5
-    """c in L = L_actor + c * L_critic - beta * entropy."""
-    entropy_coef: float = 0.02
-    """beta at the start (seed 000 step 7: entropy keeps the search exploring)."""
-    entropy_coef_final: float = 0.002
-    """beta after ``entropy_decay_updates`` updates (linear annealing)."""
-    entropy_decay_updates: int = 20
-    hidden: int = 64
-    """Width of the actor-critic MLP."""
-    reward: str = "accuracy"
-    """'accuracy' (validation accuracy), 'neg_flops' (seed 000 step 6) or 'mnas' (ACC * (LAT/T)^w)."""
-    mnas_target_ms: float | None = None
-    """T of the MnasNet reward (default: the latency budget)."""
-    mnas_w: float = -0.07
-    failure_reward: float = 0.0
-    """Reward of a trial that failed or reported NaN."""
-    max_resample: int = 1000
-    """Draws per proposal before giving up when every draw is a known architecture."""
-
-    def __post_init__(self) -> None:
-        if self.reward not in REWARDS:
-            raise HwAwareError(f"unknown reward {self.reward!r}; use one of {', '.join(REWARDS)}")
-        if self.optimizer not in ("adam", "sgd"):
-            raise HwAwareError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        for name in ("update_every", "epochs", "hidden", "max_resample"):
-            if getattr(self, name) < 1:
-                raise HwAwareError(f"PPO option {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("lr", "clip"):
-            if not getattr(self, name) > 0:
-                raise HwAwareError(f"PPO option {name} must be > 0, got {getattr(self, name)}")
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> PPOConfig:
-        data = dict(data or {})
-        stray = sorted(set(data) - set(cls.__dataclass_fields__))
-        if stray:
-            raise HwAwareError(f"unknown PPO options {stray}; allowed: {sorted(cls.__dataclass_fields__)}")
-        return cls(**data)
+_UNIFORM_AFTER = 4
+#: Feasible sets up to this size are listed when the policy keeps repeating itself.
+_ENUMERATE_LIMIT = 20_000
 
 
 def reward_of(metrics: Mapping[str, float], config: PPOConfig, budget: Budget) -> float:
@@ -193,6 +139,15 @@ class PPOSearch:
         known = 0
         try:
             for _ in range(self.config.max_resample):
+                if known >= _UNIFORM_AFTER and self._feasible_left() is not None:
+                    # The policy keeps drawing known architectures and the feasible set is
+                    # small enough to list: propose an untried one uniformly, or stop.
+                    left = self._feasible_left()
+                    if not left:
+                        return None
+                    key = left[int(torch.randint(len(left), (1,), generator=self.generator))]
+                    self.pending[key] = self._replay(key)
+                    return self.arch_of(key)
                 # A policy that keeps drawing known architectures has converged on them:
                 # explore uniformly over the feasible choices instead.
                 episode = self._sample(uniform=known >= _UNIFORM_AFTER)
@@ -213,6 +168,14 @@ class PPOSearch:
         finally:
             self.decision_seconds += time.perf_counter() - start
             self.decisions += 1
+
+    def _feasible_left(self) -> list[tuple[int, ...]] | None:
+        """Feasible architectures neither tried nor in flight (None: too many to list)."""
+        if not hasattr(self, "_feasible"):
+            self._feasible = self.mask.enumerate(_ENUMERATE_LIMIT)
+        if self._feasible is None:
+            return None
+        return [k for k in self._feasible if k not in self.history.rewards and k not in self.pending]
 
     # -- results -----------------------------------------------------------------
     def tell(self, arch: Mapping[str, str], metrics: Mapping[str, float] | None) -> float:

@@ -24,7 +24,7 @@ class PPOStrategy(HPOTunerStrategy):
 
     def extra_repr(self) -> str:
         tuner = self.tuner
-        return f"space={tuner.config.name!r}, budget={tuner.budget_spec!r}, ppo={tuner.ppo_config!r}"
+        return f"space={tuner.space!r}, budget={tuner.budget_spec!r}, ppo={tuner.ppo_config!r}"
 
     def state_dict(self) -> dict[str, Any]:
         search = self.tuner.search

@@ -12,6 +12,10 @@ the budget (absolute, or ``"60%"`` of the baseline's predicted cost) and asks
 the :class:`~nni_hwaware.strategies.ppo.core.PPOSearch` for architectures. Each
 trial's metric carries the architecture it trained (``arch``), which the tuner
 trusts over NNI's parameter bookkeeping (microsoft/nni#5726).
+
+NNI's manager gives the dispatcher 10 seconds to connect, and it builds the
+tuner first: this module and the constructor import nothing heavy (no torch);
+the work starts in :meth:`PPOTuner.update_search_space`.
 """
 
 from __future__ import annotations
@@ -20,30 +24,61 @@ import inspect
 import json
 import logging
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nni
-import torch
 from nni.tuner import Tuner
 from nni.utils import ClassArgsValidator
 
-from nni_hwaware.cost_table import CostModel, CostTable, profile_space
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.files import atomic_open
-from nni_hwaware.spaces import get_space_config
-from nni_hwaware.strategies.budget import Budget
-from nni_hwaware.strategies.ppo.core import PPOConfig, PPOSearch
+from nni_hwaware.files import atomic_open, write_json
+from nni_hwaware.strategies.ppo.config import PPOConfig
 
-__all__ = ["PPOClassArgsValidator", "PPOTuner", "resolve_budget"]
+if TYPE_CHECKING:
+    from nni_hwaware.cost_table import CostModel, CostTable
+    from nni_hwaware.spaces import SpaceConfig
+    from nni_hwaware.strategies.budget import Budget
+    from nni_hwaware.strategies.ppo.core import PPOSearch
+
+__all__ = ["PPOClassArgsValidator", "PPOTuner", "baseline_cost", "resolve_budget"]
 
 _logger = logging.getLogger("nni_hwaware.ppo")
 
 
-def resolve_budget(spec: Mapping[str, float | str] | None, model: CostModel) -> Budget:
+def _experiment_root() -> Path | None:
+    """The experiment working directory when running as NNI's tuner (its log dir is ``<root>/<id>/log``)."""
+    log_dir = os.environ.get("NNI_LOG_DIRECTORY")
+    return Path(log_dir).resolve().parent.parent if log_dir else None
+
+
+def _resolve(path: str) -> Path:
+    candidate = Path(path).expanduser()
+    if candidate.is_absolute():
+        return candidate
+    return (_experiment_root() or Path.cwd()) / candidate
+
+
+def _output_dir() -> Path:
+    """``<experiment dir>/hwaware`` under NNI, ``./hwaware-outputs`` otherwise."""
+    log_dir = os.environ.get("NNI_LOG_DIRECTORY")
+    return Path(log_dir).resolve().parent / "hwaware" if log_dir else Path.cwd() / "hwaware-outputs"
+
+
+def baseline_cost(table: CostTable, config: SpaceConfig, **select: Any) -> dict[str, float]:
+    """The cost-table prediction of ``config``'s baseline (plain ResNet50 of the space)."""
+    from nni_hwaware.cost_table import CostModel
+
+    only_baseline = config.with_layer_candidates({s.label: [config.baseline_block] for s in config.layer_specs()})
+    return CostModel(table, only_baseline, **select).predict(config.baseline()).metrics()
+
+
+def resolve_budget(spec: Mapping[str, float | str] | None, baseline: Mapping[str, float]) -> Budget:
     """A :class:`Budget` from numbers or ``"N%"`` of the baseline architecture's predicted cost."""
-    baseline = model.predict(model.config.baseline()).metrics()
+    from nni_hwaware.strategies.budget import Budget
+
     values: dict[str, float] = {}
     for key, value in dict(spec or {}).items():
         if key not in ("latency_ms", "memory_mb", "flops"):
@@ -67,19 +102,36 @@ class PPOTuner(Tuner):
     ``budget`` (e.g. ``{latency_ms: "60%"}``), ``prune`` (options of
     :func:`~nni_hwaware.pruning.prune_space`, or None), ``ppo`` (options of
     :class:`~nni_hwaware.strategies.ppo.core.PPOConfig`), ``state_file`` (where
-    the search state is saved after every result, for resuming).
+    the search state is saved after every result, for resuming), ``search_trials``
+    and ``retrain`` (after that many search results, one last trial retrains the
+    best architecture and the baseline with the ``retrain`` training options and
+    writes the report; see :mod:`nni_hwaware.trial.run`).
+
+    Relative paths are resolved against the experiment's working directory (the
+    folder that holds ``<experiment id>/``) when run by NNI, else the current one;
+    the search's own files go to ``<experiment dir>/hwaware/``.
     """
 
     def __init__(self, space: str, table: str | None = None, *, chip: str | None = None,
                  backend: str = "torch", batch_size: int = 1, budget: dict[str, Any] | None = None,
                  prune: dict[str, Any] | None = None, ppo: dict[str, Any] | None = None,
-                 state_file: str | None = None) -> None:
-        self.config = get_space_config(space)
-        self.table_path = table
+                 state_file: str | None = None, search_trials: int | None = None,
+                 retrain: dict[str, Any] | None = None) -> None:
+        self.space = str(_resolve(space)) if space.endswith(".json") else space
+        self._config: SpaceConfig | None = None
+        self.output_dir = _output_dir()
+        self.table_path = str(_resolve(table)) if table else str(self.output_dir / "cost_table.csv")
         self.chip, self.backend, self.batch_size = chip, backend, batch_size
         self.budget_spec, self.prune_options = budget, prune
         self.ppo_config = PPOConfig.from_dict(ppo)
-        self.state_file = state_file
+        self.state_file = str(_resolve(state_file)) if state_file else None
+        if search_trials is not None and search_trials < 1:
+            raise HwAwareError(f"search_trials must be >= 1, got {search_trials}")
+        if retrain is not None and search_trials is None:
+            raise HwAwareError("retrain needs search_trials: the number of search trials before the final retraining")
+        self.search_trials, self.retrain = search_trials, retrain
+        self._results: list[dict[str, Any]] = []
+        self._retrain_sent = False
         self.search: PPOSearch | None = None
         self.model: CostModel | None = None
         #: A saved :meth:`PPOSearch.state_dict` to continue from (set by the NNI Strategy on resume).
@@ -88,7 +140,18 @@ class PPOTuner(Tuner):
         self._reported: set[int] = set()
 
     # -- setup ---------------------------------------------------------------------
+    @property
+    def config(self) -> SpaceConfig:
+        """The search space's config (resolved on first use: importing the spaces needs torch)."""
+        if self._config is None:
+            from nni_hwaware.spaces import get_space_config
+
+            self._config = get_space_config(self.space)
+        return self._config
+
     def _table(self) -> CostTable:
+        from nni_hwaware.cost_table import CostTable, profile_space
+
         if self.table_path and Path(self.table_path).exists():
             return CostTable.load(self.table_path)
         _logger.info("profiling space %s on this machine's chip", self.config.name)
@@ -99,6 +162,15 @@ class PPOTuner(Tuner):
         return table
 
     def update_search_space(self, search_space: Mapping[str, Any]) -> None:
+        import torch
+
+        from nni_hwaware.cost_table import CostModel
+        from nni_hwaware.strategies.ppo.core import PPOSearch
+
+        if self.retrain is not None:
+            from nni_hwaware.trial.train import TrainConfig
+
+            TrainConfig.from_dict(self.retrain)
         labels = {spec.label: spec for spec in self.config.layer_specs()}
         layer_candidates: dict[str, list[str]] = {}
         for name, spec in search_space.items():
@@ -124,7 +196,8 @@ class PPOTuner(Tuner):
             model = CostModel(table, result.config, chip=model.chip, backend=self.backend,
                               batch_size=self.batch_size)
         self.model = model
-        budget = resolve_budget(self.budget_spec, model)
+        budget = resolve_budget(self.budget_spec, baseline_cost(
+            table, self.config, chip=model.chip, backend=self.backend, batch_size=self.batch_size))
         self.search = PPOSearch(model, budget, self.ppo_config)
         if self.initial_state is None and self.state_file and Path(self.state_file).exists():
             self.initial_state = torch.load(self.state_file, weights_only=True)
@@ -139,16 +212,34 @@ class PPOTuner(Tuner):
             raise HwAwareError("the tuner got no search space; set searchSpace/searchSpaceFile in the config")
         return self.search
 
-    def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, str]:
-        arch = self._ready().ask()
+    def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
+        search = self._ready()
+        searched = len(search.history.order) + len(search.pending)
+        arch = None
+        if self.search_trials is None or searched < self.search_trials:
+            arch = search.ask()
         if arch is None:
-            raise nni.NoMoreTrialError("every architecture under the budget has been tried")
+            if self.retrain is not None and not self._retrain_sent and search.history.order:
+                self._retrain_sent = True
+                return self._retrain_parameters()
+            raise nni.NoMoreTrialError("the search is over: the trial limit is reached or every "
+                                       "architecture under the budget has been tried")
         self._params[parameter_id] = arch
-        return dict(arch)
+        return {**arch, "_table": self.table_path, "_chip": self.model.chip if self.model else None}
+
+    def _retrain_parameters(self) -> dict[str, Any]:
+        """The last trial: retrain the best architecture and the baseline, write the report."""
+        search = self._ready()
+        return {"_retrain": True, "_table": self.table_path, "_chip": self._ready().model.chip,
+                "_train": self.retrain, "_output_dir": str(self.output_dir),
+                "_history_file": str(self.output_dir / "trials.json"),
+                "_expected": len(search.history.order) + len(search.pending)}
 
     def receive_trial_result(self, parameter_id: int, parameters: Mapping[str, Any], value: Any,
                              **kwargs: Any) -> None:
         search = self._ready()
+        if parameters.get("_retrain"):
+            return  # the final retraining trial: a report, not a search result
         arch = self._arch_of(parameter_id, parameters, value)
         metrics = dict(value) if isinstance(value, Mapping) else {"default": value}
         default = metrics.get("default")
@@ -159,6 +250,7 @@ class PPOTuner(Tuner):
         else:
             search.tell(arch, metrics)
         self._reported.add(parameter_id)
+        self._results.append({"arch": arch, **{k: v for k, v in metrics.items() if k != "arch"}})
         self._save()
 
     def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
@@ -188,17 +280,24 @@ class PPOTuner(Tuner):
         echoed = value.get("arch") if isinstance(value, Mapping) else None
         if isinstance(echoed, str):
             try:
-                return json.loads(echoed)
+                parameters = json.loads(echoed)
             except json.JSONDecodeError:
                 raise HwAwareError(f"trial {parameter_id} echoed a malformed arch {echoed!r}") from None
+            if not isinstance(parameters, dict):
+                raise HwAwareError(f"trial {parameter_id} echoed {echoed!r}, not a layer -> block mapping")
+            return {k: str(v) for k, v in parameters.items() if not k.startswith("_")}
         if parameter_id is not None and parameter_id in self._params:
             return self._params[parameter_id]
         return {k: str(v) for k, v in parameters.items() if not k.startswith("_")}
 
     def _save(self) -> None:
         if self.state_file and self.search is not None:
+            import torch
+
             with atomic_open(self.state_file, "wb") as fh:
                 torch.save(self.search.state_dict(), fh)
+        if self.retrain is not None:
+            write_json(self.output_dir / "trials.json", self._results)
 
 
 class PPOClassArgsValidator(ClassArgsValidator):
@@ -215,5 +314,13 @@ class PPOClassArgsValidator(ClassArgsValidator):
         except TypeError as err:
             raise ValueError(f"PPOTuner classArgs: {err}") from None
         PPOConfig.from_dict(kwargs.get("ppo"))
+        from nni_hwaware.spaces import get_space_config
+        from nni_hwaware.strategies.budget import Budget
+
         Budget.from_dict({k: 1.0 for k in (kwargs.get("budget") or {})})
         get_space_config(kwargs["space"])
+        if kwargs.get("retrain") is not None:
+            from nni_hwaware.trial.train import TrainConfig
+
+            TrainConfig.from_dict(kwargs["retrain"])
+        PPOTuner(**kwargs)  # the constructor's own checks

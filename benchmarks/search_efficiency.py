@@ -10,8 +10,10 @@ tuner as a failure (accuracy 0): its network would not fit the chip.
 
 Per strategy, over ``--seeds`` seeds: median trials until the best feasible
 architecture is trained (censored at the space size + 1 when never found),
-regret at 50 trials, over-budget trials and milliseconds per decision. The last
-line is one JSON object.
+regret at 50 trials, over-budget trials (among the first max(50, trials to best))
+and milliseconds per decision. ``random_feasible`` is random search that knows
+the budget (uniform over the untried architectures that fit): the bar that
+budget masking alone reaches. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -36,24 +38,47 @@ DATA = Path(__file__).parent / "data"
 SPACE = "digits_tiny"
 
 
-def _strategies(budget_ms: float) -> dict[str, Callable[[int], Any]]:
+def _strategies(budget_ms: float, ppo: dict[str, Any]) -> dict[str, Callable[[int], Any]]:
     from nni.algorithms.hpo.random_tuner import RandomTuner
     from nni.algorithms.hpo.regularized_evolution_tuner import RegularizedEvolutionTuner
     from nni.algorithms.hpo.tpe_tuner import TpeTuner
 
     from nni_hwaware.strategies.ppo.tuner import PPOTuner
 
+    class Evolution(RegularizedEvolutionTuner):
+        """NNI's regularised evolution takes ``layer_choice`` parameters, not ``choice``."""
+
+        def update_search_space(self, search_space: dict[str, Any]) -> None:
+            super().update_search_space({k: {**v, "_type": "layer_choice"} for k, v in search_space.items()})
+
     def evolution(seed: int) -> Any:
         random.seed(seed)  # NNI's evolution tuner draws from the global `random` module
         np.random.seed(seed)
-        return RegularizedEvolutionTuner(optimize_mode="maximize", population_size=16, sample_size=4)
+        return Evolution(optimize_mode="maximize", population_size=16, sample_size=4)
+
+    class RandomFeasible(RandomTuner):
+        """Random search that knows the budget: uniform over the untried architectures that fit."""
+
+        def __init__(self, seed: int) -> None:
+            super().__init__(seed=seed)
+            frame = pd.read_csv(DATA / f"tabular_{SPACE}.csv")
+            labels = [s.label for s in get_space_config(SPACE).layer_specs()]
+            fits = frame[frame.latency_ms <= budget_ms]
+            self.left = [dict(zip(labels, row, strict=True)) for row in fits[labels].itertuples(index=False)]
+            self.order = np.random.default_rng(seed).permutation(len(self.left))
+
+        def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, str]:
+            if parameter_id >= len(self.order):
+                raise nni.NoMoreTrialError()
+            return self.left[self.order[parameter_id]]
 
     return {
         "ppo": lambda seed: PPOTuner(SPACE, str(DATA / f"{SPACE}_table.csv"),
-                                     budget={"latency_ms": budget_ms}, ppo={"seed": seed}),
+                                     budget={"latency_ms": budget_ms}, ppo={**ppo, "seed": seed}),
         "random": lambda seed: RandomTuner(seed=seed),
         "tpe": lambda seed: TpeTuner(optimize_mode="maximize", seed=seed),
         "regularized_evolution": evolution,
+        "random_feasible": RandomFeasible,
     }
 
 
@@ -67,18 +92,22 @@ def run(tuner: Any, frame: pd.DataFrame, budget_ms: float, max_trials: int) -> d
     best_acc = feasible.val_acc.max()
     found_at, over, best_so_far, decision_s, curve = None, 0, 0.0, 0.0, []
     for trial in range(max_trials):
+        if found_at is not None and trial >= 50:
+            break  # the best is found and regret at 50 is known
         start = time.perf_counter()
         try:
             params = tuner.generate_parameters(trial)
         except nni.NoMoreTrialError:
             break
         decision_s += time.perf_counter() - start
-        row = lookup.loc[tuple(params[label] for label in labels)]
+        # NNI's evolution tuner answers layer_choice values as {"_value": name, "_idx": i}
+        blocks = [v.get("_value") if isinstance(v, dict) else v for v in (params[label] for label in labels)]
+        row = lookup.loc[tuple(blocks)]
         fits = row.latency_ms <= budget_ms
         over += not fits
         accuracy = float(row.val_acc) if fits else 0.0
         metric = {"default": accuracy, "latency_ms": float(row.latency_ms),
-                  "arch": json.dumps({label: params[label] for label in labels})}
+                  "arch": json.dumps(dict(zip(labels, blocks, strict=True)))}
         tuner.receive_trial_result(trial, params, metric)
         tuner.trial_end(trial, True)
         best_so_far = max(best_so_far, accuracy)
@@ -96,11 +125,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--strategies", nargs="*")
     parser.add_argument("--budget-quantile", type=float, default=1 / 3)
+    parser.add_argument("--ppo", default="{}", help="PPO options as JSON (see PPOConfig)")
     args = parser.parse_args()
     logging.getLogger("nni").setLevel(logging.ERROR)
     frame = pd.read_csv(DATA / f"tabular_{SPACE}.csv")
     budget_ms = float(frame.latency_ms.quantile(args.budget_quantile))
-    strategies = _strategies(budget_ms)
+    strategies = _strategies(budget_ms, json.loads(args.ppo))
     names = args.strategies or list(strategies)
     max_trials = len(frame)
     out: dict[str, Any] = {"budget_ms": budget_ms, "feasible_share": float((frame.latency_ms <= budget_ms).mean()),

@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--train", default="{}", help="training options as JSON (see TrainConfig)")
     parser.add_argument("--epochs", type=int, help="training epochs (overrides --train)")
     parser.add_argument("--threads", type=int, help="intra-op threads while training (overrides --train)")
+    parser.add_argument("--data-dir", help="CIFAR-10 directory, for spaces on cifar10 (overrides --train)")
+    parser.add_argument("--device", help="torch device for training, e.g. cuda (overrides --train)")
     parser.add_argument("--arch", help="architecture JSON file, to run without NNI")
     return parser
 
@@ -69,7 +71,8 @@ def _run(args: argparse.Namespace) -> int:
         raise HwAwareError(f"--train is not valid JSON: {err}") from None
     if not isinstance(options, dict):
         raise HwAwareError("--train must be a JSON object of training options")
-    options.update({k: v for k, v in (("epochs", args.epochs), ("threads", args.threads)) if v is not None})
+    overrides = {"epochs": args.epochs, "threads": args.threads, "data_dir": args.data_dir, "device": args.device}
+    options.update({k: v for k, v in overrides.items() if v is not None})
     train = TrainConfig.from_dict(options)
     params = {} if args.arch else (nni.get_next_parameter() or {})
     table = args.table or params.get("_table")

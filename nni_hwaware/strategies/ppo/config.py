@@ -25,9 +25,9 @@ class PPOConfig:
     """Seeds the policy's initial weights and every sampled decision."""
     update_every: int = 4
     """Results (finished trials or reused duplicates) per policy update."""
-    epochs: int = 8
+    epochs: int = 16
     """Passes over each batch of episodes per update."""
-    lr: float = 0.01
+    lr: float = 0.03
     """Adam learning rate."""
     optimizer: str = "adam"
     """'adam' or 'sgd' (seed 000 step 5: stochastic gradient descent)."""

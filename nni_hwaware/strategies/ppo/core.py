@@ -27,6 +27,7 @@ import torch
 
 from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.profiling.chips import fixed_threads
 from nni_hwaware.strategies.budget import Budget, BudgetMask
 from nni_hwaware.strategies.ppo.config import REWARDS, PPOConfig
 from nni_hwaware.strategies.ppo.policy import ActorCritic
@@ -135,6 +136,11 @@ class PPOSearch:
 
     def ask(self) -> dict[str, str] | None:
         """The next architecture to train, or None when every feasible one is known or in flight."""
+        # The policy is tiny: on a busy machine, torch's thread pool makes it ~100x slower.
+        with fixed_threads(1):
+            return self._ask()
+
+    def _ask(self) -> dict[str, str] | None:
         start = time.perf_counter()
         known = 0
         try:
@@ -180,6 +186,10 @@ class PPOSearch:
     # -- results -----------------------------------------------------------------
     def tell(self, arch: Mapping[str, str], metrics: Mapping[str, float] | None) -> float:
         """Record the result of ``arch`` (``None`` or a NaN value: failed); returns its reward."""
+        with fixed_threads(1):
+            return self._tell(arch, metrics)
+
+    def _tell(self, arch: Mapping[str, str], metrics: Mapping[str, float] | None) -> float:
         key = self.actions_of(arch)
         reward = self.config.failure_reward
         if metrics is not None:
@@ -248,12 +258,16 @@ class PPOSearch:
         for _ in range(self.config.epochs):
             dist, value = self.policy(states, masks)
             logp = dist.log_prob(actions)
-            ratio = torch.exp(logp - old_logp)
+            # Episodes drawn off-policy (uniform exploration) can have a tiny old probability:
+            # bound the log-ratio so exp() cannot overflow to inf (the clip does the rest).
+            ratio = torch.exp(torch.clamp(logp - old_logp, -20.0, 20.0))
             clipped = torch.clamp(ratio, 1 - self.config.clip, 1 + self.config.clip)
             actor_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
             critic_loss = ((value - returns) ** 2).mean()
             entropy = dist.entropy().mean()
             loss = actor_loss + self.config.value_coef * critic_loss - beta * entropy
+            if not torch.isfinite(loss):
+                break  # never step on a non-finite loss: the policy stays usable
             self.optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0)

@@ -105,7 +105,8 @@ class PPOTuner(Tuner):
     the search state is saved after every result, for resuming), ``search_trials``
     and ``retrain`` (after that many search results, one last trial retrains the
     best architecture and the baseline with the ``retrain`` training options and
-    writes the report; see :mod:`nni_hwaware.trial.run`).
+    writes the report; see :mod:`nni_hwaware.trial.run`), ``device`` (where a
+    missing table is profiled: ``cpu``, ``cuda``, ...).
 
     Relative paths are resolved against the experiment's working directory (the
     folder that holds ``<experiment id>/``) when run by NNI, else the current one;
@@ -116,12 +117,12 @@ class PPOTuner(Tuner):
                  backend: str = "torch", batch_size: int = 1, budget: dict[str, Any] | None = None,
                  prune: dict[str, Any] | None = None, ppo: dict[str, Any] | None = None,
                  state_file: str | None = None, search_trials: int | None = None,
-                 retrain: dict[str, Any] | None = None) -> None:
+                 retrain: dict[str, Any] | None = None, device: str = "cpu") -> None:
         self.space = str(_resolve(space)) if space.endswith(".json") else space
         self._config: SpaceConfig | None = None
         self.output_dir = _output_dir()
         self.table_path = str(_resolve(table)) if table else str(self.output_dir / "cost_table.csv")
-        self.chip, self.backend, self.batch_size = chip, backend, batch_size
+        self.chip, self.backend, self.batch_size, self.device = chip, backend, batch_size, device
         self.budget_spec, self.prune_options = budget, prune
         self.ppo_config = PPOConfig.from_dict(ppo)
         self.state_file = str(_resolve(state_file)) if state_file else None
@@ -155,13 +156,20 @@ class PPOTuner(Tuner):
         if self.table_path and Path(self.table_path).exists():
             return CostTable.load(self.table_path)
         _logger.info("profiling space %s on this machine's chip", self.config.name)
-        table = profile_space(self.config, chip=self.chip, backend=self.backend,
+        table = profile_space(self.config, chip=self.chip, backend=self.backend, device=self.device,
                               batch_size=self.batch_size, progress=False)
         if self.table_path:
             table.save(self.table_path)
         return table
 
     def update_search_space(self, search_space: Mapping[str, Any]) -> None:
+        try:
+            self._setup(search_space)
+        except HwAwareError as err:
+            _logger.error("nni-hwaware: %s", err)  # one clear line in the dispatcher's log
+            raise
+
+    def _setup(self, search_space: Mapping[str, Any]) -> None:
         import torch
 
         from nni_hwaware.cost_table import CostModel

@@ -1,0 +1,54 @@
+"""The default ``config.yml`` end to end through the real NNI manager.
+
+Runs the main job as a user would (``nnictl create --config config.yml``, here on
+a free port with the experiment files in a temporary directory), waits for it,
+and prints one JSON object on its last line: wall time, number of trials, the
+best trial's validation accuracy and predicted latency, and the retrained best
+network against the retrained baseline (test accuracy, measured latency).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from nni_hwaware.experiment import create_experiment, write_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    template = yaml.safe_load((ROOT / "config.yml").read_text())
+    template["searchSpaceFile"] = str(ROOT / template["searchSpaceFile"])
+    template["trialCodeDirectory"] = str(ROOT)
+    template["tuner"]["codeDirectory"] = str(ROOT)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    with tempfile.TemporaryDirectory() as tmp:
+        config = write_config(template, Path(tmp) / "config.yml", Path(tmp) / "nni-experiments")
+        start = time.perf_counter()
+        with create_experiment(config, env=env) as experiment:
+            status = experiment.wait(timeout=1800)
+            seconds = time.perf_counter() - start
+            metrics = experiment.final_metrics()
+            jobs = experiment.trial_jobs()
+        search = [m for m in metrics if not m.get("retrain")]
+        final = next((m for m in metrics if m.get("retrain")), {})
+        best = max(search, key=lambda m: m["default"]) if search else {}
+        print(json.dumps({
+            "status": status, "wall_s": round(seconds, 1), "trials": len(jobs),
+            "succeeded": sum(j["status"] == "SUCCEEDED" for j in jobs),
+            "best_val_top1": best.get("default"), "best_predicted_latency_ms": best.get("latency_ms"),
+            "found_test_top1": final.get("default"), "baseline_test_top1": final.get("baseline_test_top1"),
+            "found_latency_ms": final.get("latency_ms"), "baseline_latency_ms": final.get("baseline_latency_ms"),
+            "latency_ratio": final.get("latency_ratio"), "memory_ratio": final.get("memory_ratio"),
+        }))
+
+
+if __name__ == "__main__":
+    main()

@@ -78,9 +78,9 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
     layer_candidates = _layer_candidates(search_space, ppo)
     if args.get("search_trials") is not None and args.get("retrain") is not None:
         needed = int(args["search_trials"]) + 1
-        if int(config.get("maxTrialNumber", needed)) < needed:
-            raise HwAwareError(f"{path.name}: maxTrialNumber must be at least search_trials + 1 = {needed} "
-                               "(the last trial retrains the best network)")
+        if int(config.get("maxTrialNumber", needed)) != needed:
+            raise HwAwareError(f"{path.name}: maxTrialNumber must be search_trials + 1 = {needed} "
+                               "(the search trials, then one that retrains the best network)")
     notes = []
     root = base / config.get("experimentWorkingDirectory", os.path.expanduser("~/nni-experiments"))
     table_path = Path(args["table"]) if args.get("table") else None

@@ -53,6 +53,7 @@ __all__ = [
 #: Statuses after which nothing more happens. ``NO_MORE_TRIAL`` is *not* one: the
 #: trial limit is reached but trials may still run (``DONE`` follows).
 TERMINAL_STATUSES = frozenset({"DONE", "STOPPED", "ERROR"})
+_IDLE_GRACE_S = 12.0
 _ACTIVE_TRIAL = frozenset({"WAITING", "RUNNING", "UNKNOWN"})
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignore $http_proxy
@@ -221,14 +222,21 @@ class RunningExperiment:
         states and log tails after ``timeout`` s; ``RuntimeError`` if the manager is gone.
         """
         deadline = time.monotonic() + timeout
+        idle_since: float | None = None
         while True:
             try:
                 status = self.status()
                 if (until is not None and until(self)) or status in TERMINAL_STATUSES:
                     return status
-                if status == "TUNER_NO_MORE_TRIAL" and not any(
-                    job["status"] in _ACTIVE_TRIAL for job in self.trial_jobs()
-                ):
+                idle = status == "TUNER_NO_MORE_TRIAL" and not any(
+                    job["status"] in _ACTIVE_TRIAL for job in self.trial_jobs())
+                if not idle:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since >= _IDLE_GRACE_S:
+                    # The manager submits queued trials on its next poll (every 5 s), so a
+                    # trial the tuner sent just before "no more" may not be listed yet.
                     return status
             except OSError as exc:
                 raise RuntimeError(f"NNI manager not answering ({exc}); {self.describe()}") from exc

@@ -223,15 +223,19 @@ class PPOTuner(Tuner):
     def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
         search = self._ready()
         searched = len(search.history.order) + len(search.pending)
-        arch = None
-        if self.search_trials is None or searched < self.search_trials:
-            arch = search.ask()
+        done = self.search_trials is not None and searched >= self.search_trials
+        if done and self.retrain is not None and not self._retrain_sent:
+            self._retrain_sent = True
+            return self._retrain_parameters()
+        # NNI may ask for more trials than maxTrialNumber leaves room for (several slots
+        # free at once); answering "no more" then would stop the queued retraining trial,
+        # so extra requests get ordinary proposals, which NNI drops at the trial limit.
+        arch = search.ask()
         if arch is None:
             if self.retrain is not None and not self._retrain_sent and search.history.order:
                 self._retrain_sent = True
                 return self._retrain_parameters()
-            raise nni.NoMoreTrialError("the search is over: the trial limit is reached or every "
-                                       "architecture under the budget has been tried")
+            raise nni.NoMoreTrialError("every architecture under the budget has been tried")
         self._params[parameter_id] = arch
         return {**arch, "_table": self.table_path, "_chip": self.model.chip if self.model else None}
 

@@ -70,7 +70,7 @@ def test_validate_prints_agreement(tiny_profile: Path, tmp_path: Path, capsys) -
      (["chips", "missing.csv"], "does not exist"),
      (["prune", "--space", "digits", "--table", "TABLE", "--out", "p.json"], "no row for block"),
      (["prune", "--space", "digits_tiny", "--table", "TABLE", "--chip", "other", "--out", "p.json"],
-      "chip 'other'")],
+      "chip='other'")],
 )
 def test_bad_input_is_one_line_and_writes_nothing(argv: list[str], message: str, tiny_profile: Path,
                                                   tmp_path: Path, capsys, monkeypatch) -> None:

@@ -17,6 +17,7 @@ from nni_hwaware.cost_table import CostModel, CostTable, profile_space
 from nni_hwaware.pruning import prune_space
 from nni_hwaware.spaces import get_space_config, space_names
 
+DATA = Path(__file__).parent / "data"
 SETTINGS = {
     "layer-mean": {},
     "global-mean": {},
@@ -48,7 +49,7 @@ def main() -> None:
             kept = [len(spec.candidates) for spec in result.config.layer_specs()]
             results[name][label] = {"before": before, "after": after, "per_layer_kept": kept}
         print(name, json.dumps(results[name]), flush=True)
-    tabular = Path(__file__).parent / "data" / "tabular_digits_tiny.csv"
+    tabular = DATA / "tabular_digits_tiny.csv"
     if tabular.exists():
         results["tabular_best_survives"] = _best_survives(tabular)
     print(json.dumps(results))
@@ -61,12 +62,15 @@ def _best_survives(path: Path) -> dict[str, bool]:
     config = get_space_config("digits_tiny")
     labels = [s.label for s in config.layer_specs()]
     budget = frame.latency_ms.quantile(1 / 3)
-    best = frame[frame.latency_ms <= budget].sort_values("val_acc", ascending=False).iloc[0]
-    table = profile_space(config, progress=False, calibration_archs=0)
+    feasible = frame[frame.latency_ms <= budget]
+    best = feasible[feasible.val_acc == feasible.val_acc.max()]  # ties: any of them counts
+    table = CostTable.load(DATA / "digits_tiny_table.csv")  # the table the tabular latencies came from
     out = {}
     for label, kwargs in SETTINGS.items():
         pruned = prune_space(CostModel(table, config), **kwargs).config
-        out[label] = all(best[layer] in spec.candidates for layer, spec in zip(labels, pruned.layer_specs(), strict=True))
+        out[label] = any(
+            all(row[layer] in spec.candidates for layer, spec in zip(labels, pruned.layer_specs(), strict=True))
+            for _, row in best.iterrows())
     return out
 
 

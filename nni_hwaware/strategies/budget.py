@@ -26,6 +26,7 @@ import numpy as np
 
 from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.options import from_mapping
 
 __all__ = ["Budget", "BudgetMask"]
 
@@ -47,11 +48,7 @@ class Budget:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, float] | None) -> Budget:
-        data = dict(data or {})
-        stray = sorted(set(data) - set(cls.__dataclass_fields__))
-        if stray:
-            raise HwAwareError(f"unknown budget keys {stray}; use latency_ms, memory_mb, flops")
-        return cls(**data)
+        return from_mapping(cls, data, "budget keys")
 
     def limits(self) -> dict[str, float]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.options import from_mapping
 from nni_hwaware.profiling import fixed_threads
 from nni_hwaware.spaces.config import SpaceConfig
 from nni_hwaware.spaces.data import make_dataset
@@ -54,11 +55,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
-        known = set(cls.__dataclass_fields__)
-        stray = sorted(set(data) - known)
-        if stray:
-            raise HwAwareError(f"unknown training options {stray}; allowed: {sorted(known)}")
-        return cls(**data)
+        return from_mapping(cls, data, "training options")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.options import from_mapping
 
 __all__ = ["REWARDS", "PPOConfig"]
 
@@ -66,8 +67,4 @@ class PPOConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PPOConfig:
-        data = dict(data or {})
-        stray = sorted(set(data) - set(cls.__dataclass_fields__))
-        if stray:
-            raise HwAwareError(f"unknown PPO options {stray}; allowed: {sorted(cls.__dataclass_fields__)}")
-        return cls(**data)
+        return from_mapping(cls, data, "PPO options")

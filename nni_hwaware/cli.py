@@ -104,8 +104,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         table = existing.merge(table)
     table.save(args.out)
     frame = table.frame
+    blocks = frame[frame.kind != "network"]
     print(f"wrote {len(frame)} rows to {args.out} (chips: {', '.join(table.chips())}; "
-          f"largest CV {frame.latency_cv.max():.3f})")
+          f"largest CV of a block {blocks.latency_cv.max():.3f})")
     return 0
 
 
@@ -226,4 +227,225 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     table = collect_tables(metrics)
     table.save(args.out)
     print(f"wrote {len(table)} rows for chips {', '.join(table.chips())} to {args.out}")
+    return 0
+
+
+# -- NNI glue ----------------------------------------------------------------------
+
+
+def _add_search_space(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--space", required=True, help="space name or JSON file")
+    parser.add_argument("--out", help="file to write (default: print)")
+
+
+@command("search-space", "write a space's layers as an NNI search space of choices (searchSpaceFile)",
+         _add_search_space)
+def _cmd_search_space(args: argparse.Namespace) -> int:
+    import json
+
+    from nni_hwaware.files import write_json
+    from nni_hwaware.spaces import get_space_config
+
+    config = get_space_config(args.space)
+    space = {s.label: {"_type": "choice", "_value": list(s.candidates)} for s in config.layer_specs()}
+    if args.out:
+        write_json(args.out, space)
+    else:
+        print(json.dumps(space, indent=2))
+    return 0
+
+
+def _add_register(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+@command("register", "register the PPO tuner with nnictl as builtin 'HardwarePPO'", _add_register)
+def _cmd_register(args: argparse.Namespace) -> int:
+    import subprocess
+    from importlib import resources
+
+    from nni_hwaware.experiment import nnictl_path
+
+    meta = resources.files("nni_hwaware.strategies.ppo") / "nni_algo_meta.yml"
+    with resources.as_file(meta) as path:
+        done = subprocess.run([nnictl_path(), "algo", "register", "--meta_path", str(path)],
+                              capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise HwAwareError(f"nnictl algo register failed: {done.stderr.strip().splitlines()[-1:]}")
+    print("registered tuner HardwarePPO (use `tuner: {name: HardwarePPO, classArgs: ...}`)")
+    return 0
+
+
+# =====================================================================================
+# -- Gumbel search, retraining and reports (seed 001) ----------------------------------
+#
+# ``search`` dispatches to a search strategy registered in SEARCH_STRATEGIES with
+# ``search_strategy(name, help, add_arguments)`` (``nni-hwaware search gumbel ...``).
+
+
+#: strategy name -> (help, add_arguments, run), for ``nni-hwaware search NAME``.
+SEARCH_STRATEGIES: dict[str, tuple[str, AddArguments, Command]] = {}
+
+
+def search_strategy(name: str, help: str, add_arguments: AddArguments) -> Callable[[Command], Command]:
+    """Register ``run`` as ``nni-hwaware search <name>``."""
+
+    def register(run: Command) -> Command:
+        SEARCH_STRATEGIES[name] = (help, add_arguments, run)
+        return run
+
+    return register
+
+
+def _add_search(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="strategy", metavar="STRATEGY")
+    for name, (help_text, add_arguments, _) in SEARCH_STRATEGIES.items():
+        add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+
+
+@command("search", "search a space with a strategy (nni-hwaware search gumbel --config FILE)", _add_search)
+def _cmd_search(args: argparse.Namespace) -> int:
+    if args.strategy is None:
+        raise HwAwareError(f"name a search strategy: {', '.join(SEARCH_STRATEGIES)} (e.g. search gumbel --config FILE)")
+    _, _, run = SEARCH_STRATEGIES[args.strategy]
+    return run(args)
+
+
+def _parse_sets(pairs: Sequence[str]) -> dict[str, object]:
+    """``key=value`` pairs (values parsed as YAML: numbers, lists, booleans) as dotted-path changes."""
+    import yaml
+
+    changes: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise HwAwareError(f"--set expects key=value (e.g. penalty.alpha=2), got {pair!r}")
+        changes[key.strip()] = yaml.safe_load(value)
+    return changes
+
+
+def _add_search_gumbel(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="search config YAML (see examples/digits/gumbel.yml)")
+    parser.add_argument("--out", help="output directory (overrides the config's out)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="override config options, e.g. --set penalty.alpha=2 stages.max_epochs=8")
+
+
+@search_strategy("gumbel", "hardware-penalised Gumbel-DARTS: staged search, export, retrain, report",
+                 _add_search_gumbel)
+def _cmd_search_gumbel(args: argparse.Namespace) -> int:
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, run_pipeline
+
+    config = GumbelSearchConfig.from_yaml(args.config)
+    changes = _parse_sets(args.set)
+    if args.out:
+        changes["out"] = args.out
+    config = config.replace(**changes)
+    summary = run_pipeline(config)
+    if summary:
+        print(f"architecture: {summary['arch_path']}")
+        for kind, path in summary["report"].items():
+            print(f"report {kind}: {path}")
+    return 0
+
+
+def _add_retrain(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--arch", required=True, help="architecture JSON (from a search or written by hand)")
+    parser.add_argument("--space", help="space name or JSON file (default: the space named in the arch file)")
+    parser.add_argument("--table", help="cost table, to add the predicted latency and memory")
+    _add_table_options(parser)
+    parser.add_argument("--train", default="{}", help="training options as JSON (see TrainConfig)")
+    parser.add_argument("--epochs", type=int, help="training epochs (overrides --train)")
+    parser.add_argument("--seed", type=int, help="seed of initialisation, data split and order (overrides --train)")
+    parser.add_argument("--data-dir", help="CIFAR-10 directory, for spaces on cifar10")
+    parser.add_argument("--threads", type=int, default=1, help="threads for the latency measurement (default: 1)")
+    parser.add_argument("--name", help="name in reports (default: the arch file's stem)")
+    parser.add_argument("--out", required=True, help="result JSON to write (input of nni-hwaware report)")
+
+
+@command("retrain", "retrain an architecture from scratch, test it, measure it on this chip", _add_retrain)
+def _cmd_retrain(args: argparse.Namespace) -> int:
+    import json
+
+    from nni_hwaware.files import read_json
+    from nni_hwaware.report import evaluate_architecture
+    from nni_hwaware.spaces import get_space_config
+    from nni_hwaware.spaces.io import load_architecture
+    from nni_hwaware.trial.train import TrainConfig
+
+    space = args.space
+    if space is None:
+        data = read_json(args.arch, "architecture file")
+        space = data.get("space") if isinstance(data, dict) else None
+        if not space:
+            raise HwAwareError(f"{args.arch} names no space; pass --space")
+    config = get_space_config(space)
+    arch = load_architecture(args.arch, config)
+    try:
+        options = json.loads(args.train)
+    except json.JSONDecodeError as err:
+        raise HwAwareError(f"--train is not valid JSON: {err}") from None
+    if not isinstance(options, dict):
+        raise HwAwareError("--train must be a JSON object of training options")
+    for key, value in (("epochs", args.epochs), ("seed", args.seed), ("data_dir", args.data_dir)):
+        if value is not None:
+            options[key] = value
+    train = TrainConfig.from_dict(options)
+    model = None
+    if args.table:
+        from nni_hwaware.cost_table import CostModel, CostTable
+
+        model = CostModel(CostTable.load(args.table), config, chip=args.chip, backend=args.backend,
+                          batch_size=args.batch_size)
+    result = evaluate_architecture(config, arch, train, cost_model=model, name=args.name or Path(args.arch).stem,
+                                   threads=args.threads, batch_size=args.batch_size, backend=args.backend)
+    result.save(args.out)
+    print(f"{result.name}: test top-1 {result.test_top1:.4f}, top-3 {result.test_top3:.4f}, "
+          f"latency {result.latency_ms:.4g} ms, memory {result.memory_mb:.4g} MB; wrote {args.out}")
+    return 0
+
+
+def _add_report(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment", nargs="?",
+                        help="a finished PPO experiment: its id (looked up in ./nni-experiments and "
+                             "~/nni-experiments) or directory; renders its report again")
+    parser.add_argument("--baseline", help="result JSON of the baseline (nni-hwaware retrain)")
+    parser.add_argument("--result", nargs="+", help="result JSON(s) of the networks to compare")
+    parser.add_argument("--sweep", nargs="*", default=[], help="result JSONs plotted as sweep points")
+    parser.add_argument("--no-plot", action="store_true", help="write the table only")
+    parser.add_argument("--out", help="directory for the report files (default with an experiment: its report/)")
+
+
+def _search_results(experiment: str) -> Path:
+    """``results.json`` of a finished search, from an experiment id or directory."""
+    candidates = [Path(experiment)] + [Path(root).expanduser() / experiment
+                                       for root in ("nni-experiments", "~/nni-experiments")]
+    for base in candidates:
+        for path in (base / "hwaware" / "report" / "results.json", base / "results.json"):
+            if path.is_file():
+                return path
+    raise HwAwareError(f"no finished search report for {experiment!r}: looked for hwaware/report/results.json "
+                       "under it, ./nni-experiments/<id> and ~/nni-experiments/<id>")
+
+
+@command("report", "render a report: a finished PPO experiment's, or baseline vs result JSONs", _add_report)
+def _cmd_report(args: argparse.Namespace) -> int:
+    from nni_hwaware.report import ModelResult, write_report
+    from nni_hwaware.report.search import render_search_report
+
+    if args.experiment:
+        results = _search_results(args.experiment)
+        paths = render_search_report(results, args.out or results.parent)
+    else:
+        if not (args.baseline and args.result):
+            raise HwAwareError("give an experiment id or directory, or --baseline and --result JSON files")
+        if not args.out:
+            raise HwAwareError("--out is required with --baseline/--result")
+        baseline = ModelResult.load(args.baseline)
+        others = [ModelResult.load(path) for path in args.result]
+        sweep = [ModelResult.load(path) for path in args.sweep]
+        paths = write_report(args.out, baseline, others, sweep=sweep, plot=not args.no_plot)
+    print(paths["markdown"].read_text(encoding="utf-8"))
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
     return 0

@@ -9,6 +9,24 @@ ways. Each fix here has a test in ``tests/test_nni_fixes.py`` that fails without
    private attribute that newer releases ignore): :func:`check_versions`.
 3. ``import nni.nas.nn.pytorch`` warns about every torch class that is not an
    ``nn.Module`` (``Buffer``, ...): :func:`import_nni_nas` silences exactly these.
+4. NNI's manager gives the tuner's dispatcher 10 seconds (hard-coded in
+   ``nni_node/core/tuner_command_channel.js``) to connect, and the dispatcher
+   imports and builds the tuner first; importing torch alone can take longer on a
+   busy machine, and the experiment then fails with "Tuner did not connect in 10
+   seconds". The PPO tuner's module and constructor import no torch
+   (:mod:`nni_hwaware.strategies.ppo.tuner`); the work starts in
+   ``update_search_space``, after the connection.
+4. The ``penalty=`` of NNI's DARTS / GumbelDARTS carries no gradient to the
+   architecture parameters (``export_probs()`` returns Python floats, and
+   GumbelDARTS' draws a new Gumbel sample rather than the forward pass's masks).
+   Not patched in NNI: :mod:`nni_hwaware.strategies.gumbel` subclasses NNI's
+   strategy, its mixed layer keeps the mask of each forward pass
+   (:func:`forward_masks` collects them) and the hardware penalty is computed
+   from those tensors.
+5. NNI's sequential engine (every one-shot strategy runs on it) swaps the trial's
+   command channel while it trains, so ``nni.report_intermediate_result`` called
+   during a one-shot search inside an ``nnictl`` trial never reaches the manager:
+   :func:`outer_trial_reporter` sends through the channel current before the search.
 """
 
 from __future__ import annotations
@@ -16,15 +34,19 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import warnings
+from collections.abc import Callable
 from importlib import metadata
 from types import ModuleType
+from typing import Any
 
 __all__ = [
     "IncompatibleEnvironmentError",
     "check_environment",
     "check_pkg_resources",
     "check_versions",
+    "forward_masks",
     "import_nni_nas",
+    "outer_trial_reporter",
 ]
 
 #: (distribution, exclusive upper bound, why) — the pins NNI 3.0 needs.
@@ -98,3 +120,49 @@ def import_nni_nas() -> ModuleType:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_NNI_IMPORT_WARNINGS, category=RuntimeWarning)
         return importlib.import_module("nni.nas.nn.pytorch")
+
+
+# -- 4. penalty gradient: the masks of the forward pass ------------------------------
+
+
+def forward_masks(module: Any) -> dict[str, Any]:
+    """The Gumbel-softmax mask each searchable layer of ``module`` used in its last forward pass.
+
+    ``{label: tensor}``, tensors in the autograd graph of that pass, so a penalty
+    built from them has a gradient to the architecture parameters (fix 4; NNI's
+    ``export_probs()`` gives floats). Layers are those of
+    :class:`nni_hwaware.strategies.gumbel.GumbelMixedLayer`; a layer that has not
+    run in training mode since is missing.
+    """
+    from nni_hwaware.strategies.gumbel.supernet import GumbelMixedLayer
+
+    return {m.label: m.mask for m in module.modules() if isinstance(m, GumbelMixedLayer) and m.mask is not None}
+
+
+# -- 5. intermediate results from inside a one-shot search ----------------------------
+
+
+def outer_trial_reporter() -> Callable[[Any], None]:
+    """A ``report(metric)`` that reaches the NNI trial around a one-shot search (fix 5).
+
+    Call it before the search starts; the returned function sends intermediate
+    results through the trial command channel current at that moment (the
+    ``nnictl`` trial's), even while NNI's sequential engine has replaced it.
+    """
+    import nni
+    from nni.runtime.trial_command_channel import (
+        get_default_trial_command_channel,
+        set_default_trial_command_channel,
+    )
+
+    outer = get_default_trial_command_channel()
+
+    def report(metric: Any) -> None:
+        inner = get_default_trial_command_channel()
+        set_default_trial_command_channel(outer)
+        try:
+            nni.report_intermediate_result(metric)
+        finally:
+            set_default_trial_command_channel(inner)
+
+    return report

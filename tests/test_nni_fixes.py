@@ -69,3 +69,130 @@ def test_import_nni_nas_is_silent() -> None:
 
 def test_import_package_prints_nothing() -> None:
     assert _stderr_of("import nni_hwaware") == ""
+
+
+def test_ppo_tuner_builds_without_importing_torch() -> None:
+    # NNI's dispatcher must connect within 10 s of starting, after building the tuner.
+    code = (
+        "import sys\n"
+        "from nni_hwaware.strategies.ppo.tuner import PPOTuner\n"
+        "PPOTuner('digits', budget={'latency_ms': '50%'}, search_trials=3, retrain={'epochs': 1},"
+        " prune={'mode': 'top-k', 'top': 2}, ppo={'seed': 1})\n"
+        "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert result.stdout.strip() == "[]"
+
+
+# -- 4. penalty gradient -------------------------------------------------------------
+
+
+def _tiny_supernet(strategy_class: type, **kwargs: object) -> tuple[object, object]:
+    import torch
+    from handmade import tiny_config
+
+    from nni_hwaware.spaces import BlockChoiceSpace
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        space = BlockChoiceSpace(tiny_config().to_dict())
+        strategy = strategy_class(**kwargs)
+        return strategy, strategy.mutate_model(space).train()
+
+
+def test_nni_gumbel_penalty_has_no_gradient_and_resamples_so_fix_4_is_needed() -> None:
+    # If this ever fails, NNI's penalty= carries a gradient now and fix 4 can be revisited.
+    import torch
+    from handmade import tiny_config, tiny_table
+    from nni.nas.oneshot.pytorch.base_lightning import BaseOneShotLightningModule
+    from nni.nas.oneshot.pytorch.profiler import ExpectationProfilerPenalty
+    from nni.nas.oneshot.pytorch.strategy import GumbelDARTS
+
+    from nni_hwaware.cost_table import CostModel
+
+    _, supernet = _tiny_supernet(GumbelDARTS)
+    model = CostModel(tiny_table(), tiny_config())
+    penalty = ExpectationProfilerPenalty(model.expression_profiler(supernet, "latency_ms"), baseline=1.0, scale=1000.0)
+
+    class Probe(BaseOneShotLightningModule):
+        def __init__(self) -> None:
+            torch.nn.Module.__init__(self)
+            self.net = supernet
+
+    probe = Probe()
+    loss = supernet(torch.randn(2, 1, 8, 8)).sum() * 0.0
+    penalised, _ = penalty(loss, probe.export_probs())
+    alphas = [p for name, p in supernet.named_parameters() if "_arch_alpha" in name]
+    grads = torch.autograd.grad(penalised, alphas, allow_unused=True)
+    assert all(g is None or torch.all(g == 0) for g in grads)  # 1000 x latency, yet no gradient
+    assert probe.export_probs() != probe.export_probs()  # a new Gumbel sample every call
+
+
+def test_fix_4_forward_masks_carry_the_penalty_gradient() -> None:
+    import torch
+    from handmade import tiny_config, tiny_table
+
+    from nni_hwaware.cost_table import CostModel
+    from nni_hwaware.strategies.gumbel import HardwareGumbelDARTS
+
+    model = CostModel(tiny_table(), tiny_config())
+    strategy, supernet = _tiny_supernet(HardwareGumbelDARTS, cost_model=model, penalty={"alpha": 1000.0})
+    supernet(torch.randn(2, 1, 8, 8))
+    masks = nni_fixes.forward_masks(supernet)
+    penalty, _ = strategy.hardware_penalty(list(masks.values()))
+    alphas = [p for name, p in supernet.named_parameters() if "_arch_alpha" in name]
+    grads = torch.autograd.grad(penalty, alphas)
+    assert all(torch.any(g != 0) for g in grads)
+
+
+# -- 5. intermediate results from inside a one-shot search ----------------------------
+
+
+def test_reports_inside_the_sequential_engine_reach_the_outer_trial_only_with_fix_5(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import nni
+    import nni.trial
+    from handmade import tiny_config
+    from nni.nas.evaluator import FunctionalEvaluator
+    from nni.nas.execution import SequentialExecutionEngine
+    from nni.nas.space import RawFormatModelSpace
+    from nni.runtime.trial_command_channel import (
+        TrialCommandChannel,
+        get_default_trial_command_channel,
+        set_default_trial_command_channel,
+    )
+
+    from nni_hwaware.spaces import BlockChoiceSpace
+
+    class Outer(TrialCommandChannel):
+        """What an nnictl trial's channel would send to the manager."""
+
+        def __init__(self) -> None:
+            self.sent: list[object] = []
+
+        def receive_parameter(self) -> None:
+            return None
+
+        def send_metric(self, type: str, parameter_id: object, trial_job_id: object, sequence: int,
+                        value: object) -> None:
+            self.sent.append(value)
+
+    monkeypatch.setattr(nni.trial, "_params", None)  # the engine sets NNI's current parameter
+    previous = get_default_trial_command_channel()
+    outer = Outer()
+    set_default_trial_command_channel(outer)
+    try:
+        reporter = nni_fixes.outer_trial_reporter()
+
+        def evaluate(model: object) -> None:
+            nni.report_intermediate_result({"default": 1.0})  # goes to the engine
+            reporter({"default": 2.0})  # goes to the trial
+
+        network = BlockChoiceSpace(tiny_config().to_dict())
+        space = RawFormatModelSpace(network, FunctionalEvaluator(evaluate)).freeze(
+            {"layer1_0": "skip", "layer2_0": "skip"})
+        SequentialExecutionEngine().submit_models(space)
+        assert get_default_trial_command_channel() is outer
+    finally:
+        set_default_trial_command_channel(previous)
+    assert outer.sent == [{"default": 2.0}]

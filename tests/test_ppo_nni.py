@@ -39,7 +39,10 @@ def test_strategy_under_nas_experiment(table: Path, tmp_path: Path) -> None:
                                NasExperimentConfig("sequential", "raw"))
     experiment.config.max_trial_number = 4
     experiment.config.experiment_working_directory = str(tmp_path)
-    experiment.run()
+    try:
+        experiment.run()
+    finally:
+        experiment.stop()
     search = strategy.tuner.search
     assert len(search.history.order) == 4
     assert all(0.0 < reward <= 1.0 for reward in search.history.rewards.values())

@@ -118,3 +118,20 @@ def test_profiling_many_boards_through_nni(tmp_path: Path) -> None:
     table = CostTable.load(out)
     assert table.chips() == ["board-a", "board-b"]
     assert len(table) == 2 * (len(profile_entries(get_space_config("digits_tiny"))) + 1)
+
+
+def test_every_profiled_block_counts_match_torch(tiny_profile: Path) -> None:
+    """FLOPs and params of each row are torch's own counts (FlopCounterMode, numel) of that block."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = get_space_config("digits_tiny")
+    frame = CostTable.load(tiny_profile).frame.set_index(["block", "input_shape"])
+    for entry in profile_entries(config):
+        module = entry.build(config).eval()
+        counter = FlopCounterMode(display=False)
+        with counter, torch.no_grad():
+            module(torch.randn(1, *entry.key.input_shape))
+        row = frame.loc[(entry.key.block, entry.key.shape_str)]
+        assert row.flops == counter.get_total_flops(), entry
+        assert row.params == sum(p.numel() for p in module.parameters()), entry

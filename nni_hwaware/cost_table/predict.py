@@ -122,8 +122,8 @@ class CostModel:
         return ArchCost(
             latency_ms=self.fixed_costs["latency_ms"] + float(chosen["latency_ms"].sum()),
             memory_mb=param_mb + activation_mb, param_mb=param_mb, activation_mb=activation_mb,
-            flops=int(round(self.fixed_costs["flops"] + chosen["flops"].sum())),
-            params=int(round(self.fixed_costs["params"] + chosen["params"].sum())),
+            flops=round(float(self.fixed_costs["flops"] + chosen["flops"].sum())),
+            params=round(float(self.fixed_costs["params"] + chosen["params"].sum())),
         )
 
     def cheapest(self, metric: str = "latency_ms") -> dict[str, str]:

@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import nn
-
 from nni.nas.space.frozen import current_model, model_context
+from torch import nn
 
 from nni_hwaware.nni_fixes import import_nni_nas
 from nni_hwaware.spaces.blocks import build_block

@@ -1,0 +1,102 @@
+"""Accuracy against latency: baseline, found networks, sweeps or every trial, with the Pareto front.
+
+Points carry a ``group`` (``baseline``, ``searched``, ``sweep``, ``trial``, ...);
+each group gets its own marker. ``pareto=True`` draws the front of the points
+(no other point is both faster and more accurate), for multi-trial searches.
+matplotlib is optional: without it the plot fails early with the install hint.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.files import write_atomically
+
+__all__ = ["PLOT_INSTALL_HINT", "PlotPoint", "accuracy_latency_plot", "pareto_front"]
+
+PLOT_INSTALL_HINT = "pip install 'nni-hwaware[plot]'"
+
+_STYLE: dict[str, dict[str, Any]] = {
+    "baseline": {"marker": "s", "color": "tab:red", "s": 80, "zorder": 4},
+    "searched": {"marker": "*", "color": "tab:green", "s": 180, "zorder": 5},
+    "sweep": {"marker": "o", "color": "tab:blue", "s": 40, "zorder": 3},
+    "trial": {"marker": ".", "color": "tab:gray", "s": 25, "zorder": 2},
+}
+
+
+@dataclass(frozen=True)
+class PlotPoint:
+    """One network in the plot: latency (ms), accuracy (%), label and group."""
+
+    latency_ms: float
+    accuracy: float
+    label: str
+    group: str
+
+    @classmethod
+    def of(cls, result: Any, group: str, metric: str = "test_top1") -> PlotPoint:
+        """The point of a :class:`~nni_hwaware.report.ModelResult` (accuracy in %)."""
+        label = result.name if result.alpha is None or group != "sweep" else f"alpha={result.alpha:g}"
+        return cls(float(result.latency_ms), 100.0 * float(getattr(result, metric)), label, group)
+
+
+def pareto_front(points: Sequence[PlotPoint]) -> list[PlotPoint]:
+    """The points no other point beats on both latency (lower) and accuracy (higher), by latency."""
+    front: list[PlotPoint] = []
+    for point in sorted(points, key=lambda p: (p.latency_ms, -p.accuracy)):
+        if not front or point.accuracy > front[-1].accuracy:
+            front.append(point)
+    return front
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise HwAwareError(f"plotting needs matplotlib: {PLOT_INSTALL_HINT}") from None
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def accuracy_latency_plot(points: Sequence[PlotPoint], path: str | os.PathLike[str], *,
+                          title: str = "", ylabel: str = "test top-1 accuracy (%)",
+                          xlabel: str = "latency, measured (ms)", pareto: bool = False,
+                          annotate: bool = True) -> Path:
+    """Write a PNG scatter of ``points`` (latency on x, accuracy on y) to ``path``."""
+    if not points:
+        raise HwAwareError("nothing to plot: no points")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    try:
+        for group in dict.fromkeys(p.group for p in points):
+            members = [p for p in points if p.group == group]
+            style = _STYLE.get(group, {"marker": "o"})
+            ax.scatter([p.latency_ms for p in members], [p.accuracy for p in members], label=group, **style)
+            if annotate and group != "trial":
+                for p in members:
+                    ax.annotate(p.label, (p.latency_ms, p.accuracy), textcoords="offset points",
+                                xytext=(5, 4), fontsize=7)
+        if pareto:
+            front = pareto_front(points)
+            ax.step([p.latency_ms for p in front], [p.accuracy for p in front], where="post",
+                    color="black", linewidth=1, label="Pareto front")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+    finally:
+        plt.close(fig)
+    return write_atomically(path, buffer.getvalue())

@@ -1,0 +1,71 @@
+"""The report of a multi-trial search: baseline vs the best found network, and every trial.
+
+Written by the last trial of a PPO experiment (see :mod:`nni_hwaware.trial.run`)
+into ``<experiment dir>/hwaware/report/``:
+
+* ``comparison.md`` / ``comparison.csv``: seed 001's table, baseline vs found
+  (top-1, top-3, measured latency and memory, params, FLOPs, relative changes);
+* ``accuracy_latency.png``: the two retrained networks, measured;
+* ``pareto.png``: validation accuracy against the cost table's latency of every
+  trial, the Pareto front drawn and the baseline marked;
+* ``results.json``: everything above as data, from which ``nni-hwaware report``
+  renders the files again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.files import read_json, write_json
+from nni_hwaware.report.results import ModelResult
+
+__all__ = ["best_trial", "render_search_report", "write_search_report"]
+
+
+def best_trial(trials: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The trial with the highest validation top-1 (``default``) among finite results."""
+    finite = [t for t in trials if isinstance(t.get("default"), (int, float)) and t["default"] == t["default"]]
+    if not finite:
+        raise HwAwareError("no trial finished with a finite validation accuracy; nothing to retrain")
+    return max(finite, key=lambda t: float(t["default"]))
+
+
+def write_search_report(out_dir: str | os.PathLike[str], baseline: ModelResult, best: ModelResult,
+                        trials: Sequence[Mapping[str, Any]], *, baseline_predicted_ms: float | None = None,
+                        budget: Mapping[str, Any] | None = None) -> dict[str, Path]:
+    """Write the files listed in the module docstring; returns their paths by kind."""
+    out = Path(out_dir)
+    results = {"baseline": baseline.to_dict(), "best": best.to_dict(), "trials": list(trials),
+               "baseline_predicted_ms": baseline_predicted_ms, "budget": dict(budget or {})}
+    paths = {"results": write_json(out / "results.json", results)}
+    paths.update(render_search_report(out / "results.json", out))
+    return paths
+
+
+def render_search_report(results_file: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Path]:
+    """Render the report files from a ``results.json`` written by :func:`write_search_report`."""
+    from nni_hwaware.report.plot import PlotPoint, accuracy_latency_plot
+    from nni_hwaware.report.table import write_report
+
+    data = read_json(results_file, "search results")
+    if not isinstance(data, dict) or not {"baseline", "best", "trials"} <= set(data):
+        raise HwAwareError(f"{results_file} is not a search results file (needs baseline, best, trials)")
+    baseline, best = ModelResult.from_dict(data["baseline"]), ModelResult.from_dict(data["best"])
+    out = Path(out_dir)
+    title = f"best of {len(data['trials'])} trials vs {baseline.name} ({baseline.space}, {baseline.chip})"
+    paths = write_report(out, baseline, [best], title=title)
+    points = [PlotPoint(float(t["latency_ms"]), 100 * float(t["default"]), "", "trial")
+              for t in data["trials"] if isinstance(t.get("latency_ms"), (int, float))
+              and isinstance(t.get("default"), (int, float))]
+    base_ms = data.get("baseline_predicted_ms") or baseline.predicted_latency_ms
+    if base_ms is not None:
+        points.append(PlotPoint(float(base_ms), 100 * baseline.val_top1, "baseline", "baseline"))
+    if points:
+        paths["pareto"] = accuracy_latency_plot(
+            points, out / "pareto.png", pareto=True, ylabel="validation top-1 accuracy (%)",
+            xlabel="latency, predicted by the cost table (ms)", title=f"{len(data['trials'])} trials")
+    return paths

@@ -1,0 +1,406 @@
+"""Typed options of the hardware-penalised Gumbel-DARTS search, validated at construction.
+
+Configuration flows one way: YAML (``nni-hwaware search gumbel --config``) or a
+Python dict -> :meth:`GumbelSearchConfig.from_dict` -> these frozen dataclasses
+-> the code. Unknown keys are rejected with the list of allowed ones; a bad value
+raises :class:`~nni_hwaware.errors.HwAwareError` saying what to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.trial.train import TrainConfig
+
+__all__ = [
+    "CostConfig",
+    "GumbelSearchConfig",
+    "PenaltyConfig",
+    "PruneConfig",
+    "SearchTrainingConfig",
+    "StagingConfig",
+    "SweepConfig",
+    "TemperatureConfig",
+    "from_mapping",
+]
+
+T = TypeVar("T")
+
+
+def _finite(name: str, value: float, *, positive: bool = False, nonnegative: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise HwAwareError(f"{name} must be a finite number, got {value!r}")
+    if positive and not value > 0:
+        raise HwAwareError(f"{name} must be > 0, got {value}")
+    if nonnegative and value < 0:
+        raise HwAwareError(f"{name} must be >= 0, got {value}")
+
+
+def from_mapping(cls: type[T], data: Mapping[str, Any] | None, where: str) -> T:
+    """Build dataclass ``cls`` from ``data``; nested dataclass fields are built recursively.
+
+    Unknown keys raise, naming ``where`` (the YAML section) and the allowed keys.
+    """
+    if data is None:
+        data = {}
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise HwAwareError(f"{where} must be a mapping of options, got {type(data).__name__}")
+    if cls is TrainConfig:
+        return TrainConfig.from_dict(dict(data))  # type: ignore[return-value]
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    stray = sorted(set(data) - set(fields))
+    if stray:
+        raise HwAwareError(f"unknown {where} options {stray}; allowed: {sorted(fields)}")
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        nested = _NESTED.get((cls.__name__, name))
+        if nested is not None:
+            value = from_mapping(nested, value, name if cls is GumbelSearchConfig else f"{where}.{name}")
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[name] = value
+    try:
+        return cls(**values)
+    except TypeError as err:
+        raise HwAwareError(f"{where} options are malformed: {err}") from None
+
+
+@dataclass(frozen=True)
+class PenaltyConfig:
+    """The hardware terms of the search loss (seed 001 step 6).
+
+    .. math::
+
+        L = \\mathrm{CE} + \\alpha\\,\\widehat{\\mathrm{lat}}(a)^{\\beta}
+              + \\gamma\\,\\widehat{\\mathrm{mem}}(a)^{\\delta}
+
+    with the costs normalised (``normalise``) so that ``alpha`` and ``gamma`` mean
+    the same in every space: by default relative to the baseline architecture, so
+    ``alpha = 1`` weighs the baseline's latency as one nat of cross entropy.
+    """
+
+    #: Weight of the latency term (>= 0; 0 switches it off).
+    alpha: float = 1.0
+    #: Exponent of the latency term (> 0).
+    beta: float = 1.0
+    #: Weight of the memory term (>= 0).
+    gamma: float = 0.5
+    #: Exponent of the memory term (> 0).
+    delta: float = 1.0
+    #: ``baseline``: cost / cost of the baseline architecture; ``none``: ms and MB as they are.
+    normalise: str = "baseline"
+    #: Memory model: ``table`` (weights + largest activation, as the cost table predicts)
+    #: or ``sum`` (the seed's literal sum of per-block weights + activations).
+    memory: str = "table"
+    #: Budget mode: penalise only latency above this many ms (relative excess ``lat/T - 1``),
+    #: or above ``"N%"`` of the baseline's predicted latency.
+    latency_budget_ms: float | str | None = None
+    #: Budget mode: penalise only memory above this many MB (or ``"N%"`` of the baseline's).
+    memory_budget_mb: float | str | None = None
+
+    def __post_init__(self) -> None:
+        _finite("penalty alpha", self.alpha, nonnegative=True)
+        _finite("penalty gamma", self.gamma, nonnegative=True)
+        _finite("penalty beta", self.beta, positive=True)
+        _finite("penalty delta", self.delta, positive=True)
+        if self.normalise not in ("baseline", "none"):
+            raise HwAwareError(f"penalty normalise must be 'baseline' or 'none', got {self.normalise!r}")
+        if self.memory not in ("table", "sum"):
+            raise HwAwareError(f"penalty memory must be 'table' or 'sum', got {self.memory!r}")
+        for name in ("latency_budget_ms", "memory_budget_mb"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                budget_fraction(value, f"penalty {name}")
+            elif value is not None:
+                _finite(f"penalty {name}", value, positive=True)
+
+    def budget(self, name: str, baseline: float) -> float | None:
+        """Budget ``name`` (``latency_budget_ms`` / ``memory_budget_mb``) in ms or MB, given the baseline's."""
+        value = getattr(self, name)
+        if isinstance(value, str):
+            return budget_fraction(value, f"penalty {name}") * baseline
+        return value
+
+
+def budget_fraction(text: str, name: str) -> float:
+    """``"45%"`` -> 0.45; anything else is an error naming ``name``."""
+    stripped = text.strip()
+    try:
+        fraction = float(stripped[:-1]) / 100 if stripped.endswith("%") else float("nan")
+    except ValueError:
+        fraction = float("nan")
+    if not (math.isfinite(fraction) and fraction > 0):
+        raise HwAwareError(f"{name} must be a positive number or a percentage of the baseline like '50%', got {text!r}")
+    return fraction
+
+
+@dataclass(frozen=True)
+class TemperatureConfig:
+    """Gumbel-softmax temperature, annealed from ``init`` to ``min`` within each stage."""
+
+    init: float = 5.0
+    min: float = 0.5
+    #: ``exponential`` (geometric) or ``linear`` interpolation over the stage's epochs.
+    schedule: str = "exponential"
+    #: Straight-through (hard) Gumbel: one-hot masks forward, soft gradients backward;
+    #: only the sampled block of each layer runs. ``False``: every block runs, weighted.
+    hard: bool = True
+    #: Soft mode only: mask weights below this are set to 0 (in the forward pass and the
+    #: penalty alike) and their blocks are not run; 0 runs every block.
+    min_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        _finite("temperature init", self.init, positive=True)
+        _finite("temperature min_weight", self.min_weight, nonnegative=True)
+        if self.min_weight >= 0.5:
+            raise HwAwareError(f"temperature min_weight must be < 0.5, got {self.min_weight}")
+        _finite("temperature min", self.min, positive=True)
+        if self.min > self.init:
+            raise HwAwareError(f"temperature min ({self.min}) must not exceed init ({self.init})")
+        if self.schedule not in ("exponential", "linear"):
+            raise HwAwareError(f"temperature schedule must be 'exponential' or 'linear', got {self.schedule!r}")
+
+    def at(self, step: int, steps: int) -> float:
+        """Temperature at epoch ``step`` (0-based) of a stage of ``steps`` epochs."""
+        fraction = min(step, steps - 1) / max(steps - 1, 1)
+        if self.schedule == "linear":
+            return self.init + (self.min - self.init) * fraction
+        return self.init * (self.min / self.init) ** fraction
+
+
+_STAGE_NAMES = ("upper", "lower", "all")
+
+
+@dataclass(frozen=True)
+class StagingConfig:
+    """Staged search (seed 001 step 7): which layers are searched when, and when a stage ends.
+
+    The ``n`` searchable layers split into the lower ``split`` (``m``) and the upper
+    ``n - m``. Each stage in ``order`` searches one part (``upper``, ``lower`` or
+    ``all``) and freezes the rest (weights and architecture parameters); the stem
+    goes with the lower part, the head with the upper one. A stage ends when its
+    mean search loss has not fallen by ``min_delta`` for ``patience`` epochs (after
+    at least ``min_epochs``), or after ``max_epochs``. ``order: [all]`` is a
+    single-stage search.
+    """
+
+    #: ``m``, the number of lower layers (None: half of the layers, rounded down).
+    split: int | None = None
+    order: tuple[str, ...] = ("upper", "lower")
+    max_epochs: int = 6
+    min_epochs: int = 2
+    patience: int = 2
+    min_delta: float = 1e-3
+    #: Epochs that train all weights with fixed architecture parameters before the stages.
+    warmup_epochs: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.order, str):
+            object.__setattr__(self, "order", (self.order,))
+        if not self.order or any(part not in _STAGE_NAMES for part in self.order):
+            raise HwAwareError(f"stages order must list parts among {_STAGE_NAMES}, got {list(self.order)}")
+        for name in ("max_epochs", "min_epochs", "patience"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise HwAwareError(f"stages {name} must be an integer >= 1, got {value!r}")
+        if self.min_epochs > self.max_epochs:
+            raise HwAwareError(f"stages min_epochs ({self.min_epochs}) exceeds max_epochs ({self.max_epochs})")
+        if not isinstance(self.warmup_epochs, int) or self.warmup_epochs < 0:
+            raise HwAwareError(f"stages warmup_epochs must be an integer >= 0, got {self.warmup_epochs!r}")
+        _finite("stages min_delta", self.min_delta, nonnegative=True)
+        if self.split is not None and (not isinstance(self.split, int) or self.split < 1):
+            raise HwAwareError(f"stages split (m) must be an integer >= 1, got {self.split!r}")
+
+
+@dataclass(frozen=True)
+class SearchTrainingConfig:
+    """How the supernet is trained during the search (weights: SGD; architecture: Adam)."""
+
+    batch_size: int = 64
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    #: Learning rate of the architecture parameters (Adam, betas (0.5, 0.999), as NNI's DARTS).
+    arc_lr: float = 0.01
+    arc_weight_decay: float = 0.0
+    #: Architecture step on every k-th batch only (1: every batch, as NNI's DARTS).
+    arc_every: int = 1
+    #: Initial logit of the baseline block in every layer, the others start at 0: the
+    #: search starts near the baseline (ResNet50) and leaves it where the penalty pays.
+    baseline_bias: float = 0.0
+    gradient_clip: float | None = None
+    #: Lightning accelerator: ``auto`` (GPU when present), ``cpu``, ``gpu``.
+    accelerator: str = "auto"
+    #: Devices for Lightning; more than one runs DDP.
+    devices: int = 1
+    #: Intra-op threads on the CPU (None: torch's current).
+    threads: int | None = None
+    workers: int = 0
+    #: Keep Lightning checkpoints (``last.ckpt``) so an interrupted search can resume.
+    checkpoint: bool = True
+    #: Resume from ``<out>/checkpoints/last.ckpt`` when it exists.
+    resume: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "devices", "arc_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise HwAwareError(f"search {name} must be an integer >= 1, got {value!r}")
+        _finite("search lr", self.lr, positive=True)
+        _finite("search arc_lr", self.arc_lr, positive=True)
+        _finite("search momentum", self.momentum, nonnegative=True)
+        _finite("search weight_decay", self.weight_decay, nonnegative=True)
+        _finite("search arc_weight_decay", self.arc_weight_decay, nonnegative=True)
+        _finite("search baseline_bias", self.baseline_bias)
+        if self.accelerator not in ("auto", "cpu", "gpu", "cuda", "mps"):
+            raise HwAwareError(f"search accelerator must be auto, cpu, gpu, cuda or mps, got {self.accelerator!r}")
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    """Where the costs come from: a cost table file and the chip, backend and batch size in it."""
+
+    #: Cost table file (``nni-hwaware profile``); None profiles the space on this machine first.
+    table: str | None = None
+    chip: str | None = None
+    backend: str = "torch"
+    batch_size: int = 1
+    #: Threads for profiling (when ``table`` is None) and for measuring the retrained networks.
+    threads: int | None = 1
+    #: Timing runs per retrained network (its latency is their median).
+    repeats: int = 3
+
+    def __post_init__(self) -> None:
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise HwAwareError(f"cost repeats must be an integer >= 1, got {self.repeats!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise HwAwareError(f"cost threads must be an integer >= 1 (or null), got {self.threads!r}")
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """Seed 001 step 4 before the search: keep the blocks scoring ``S = k*U*P`` above a threshold.
+
+    ``mode`` is one of :data:`nni_hwaware.pruning.MODES` (None: search the whole
+    space). The blocks in ``keep`` and the space's baseline block always stay.
+    """
+
+    mode: str | None = None
+    k: float = 1.0
+    threshold: float | None = None
+    top: int | None = None
+    keep: tuple[str, ...] = ("skip",)
+
+    def __post_init__(self) -> None:
+        from nni_hwaware.pruning import MODES
+
+        if self.mode is not None and self.mode not in MODES:
+            raise HwAwareError(f"prune mode must be one of {', '.join(MODES)} (or null), got {self.mode!r}")
+        if isinstance(self.keep, str):
+            object.__setattr__(self, "keep", (self.keep,))
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Extra searches, one per ``alpha`` (each retrained and plotted); empty: none."""
+
+    alphas: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        for value in self.alphas:
+            _finite("sweep alpha", value, nonnegative=True)
+
+
+@dataclass(frozen=True)
+class GumbelSearchConfig:
+    """Everything ``nni-hwaware search gumbel --config`` reads (see ``examples/digits/gumbel.yml``)."""
+
+    space: str = "digits"
+    seed: int = 0
+    #: Output directory: architecture, results, report, checkpoints.
+    out: str = "runs/gumbel"
+    #: Directory of CIFAR-10 (torchvision's layout), for spaces whose data set is cifar10.
+    data_dir: str | None = None
+    cost: CostConfig = field(default_factory=CostConfig)
+    prune: PruneConfig = field(default_factory=PruneConfig)
+    penalty: PenaltyConfig = field(default_factory=PenaltyConfig)
+    temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
+    stages: StagingConfig = field(default_factory=StagingConfig)
+    search: SearchTrainingConfig = field(default_factory=SearchTrainingConfig)
+    #: How the found network and the baseline are retrained (``seed`` and ``data_dir`` are taken from here).
+    retrain: TrainConfig = field(default_factory=TrainConfig)
+    #: Retrain and report the baseline (plain ResNet50 of the space) as well.
+    baseline: bool = True
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise HwAwareError(f"seed must be an integer, got {self.seed!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GumbelSearchConfig:
+        return from_mapping(cls, data, "search config")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> GumbelSearchConfig:
+        import yaml
+
+        path = Path(path)
+        if not path.is_file():
+            raise HwAwareError(f"config file {path} does not exist; check the path")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            raise HwAwareError(f"config file {path} is not valid YAML: {err}") from None
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+    def replace(self, **changes: Any) -> GumbelSearchConfig:
+        """A copy with dotted-path changes, e.g. ``replace(**{"penalty.alpha": 2.0})``."""
+        data = self.to_dict()
+        for path, value in changes.items():
+            *parents, leaf = path.split(".")
+            node = data
+            for part in parents:
+                if not isinstance(node.get(part), dict):
+                    raise HwAwareError(f"unknown option {path!r}")
+                node = node[part]
+            if leaf not in node:
+                raise HwAwareError(f"unknown option {path!r}; allowed here: {sorted(node)}")
+            node[leaf] = value
+        return GumbelSearchConfig.from_dict(data)
+
+    def train_config(self) -> TrainConfig:
+        """The retraining options with this run's seed and data directory."""
+        return dataclasses.replace(self.retrain, seed=self.seed, data_dir=self.data_dir or self.retrain.data_dir)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+#: (dataclass name, field) -> nested dataclass, for :func:`from_mapping`.
+_NESTED: dict[tuple[str, str], type] = {
+    ("GumbelSearchConfig", "cost"): CostConfig,
+    ("GumbelSearchConfig", "prune"): PruneConfig,
+    ("GumbelSearchConfig", "penalty"): PenaltyConfig,
+    ("GumbelSearchConfig", "temperature"): TemperatureConfig,
+    ("GumbelSearchConfig", "stages"): StagingConfig,
+    ("GumbelSearchConfig", "search"): SearchTrainingConfig,
+    ("GumbelSearchConfig", "retrain"): TrainConfig,
+    ("GumbelSearchConfig", "sweep"): SweepConfig,
+}

@@ -1,0 +1,318 @@
+"""The Lightning module of the search: NNI's Gumbel-DARTS module with the hardware penalty and stages.
+
+:class:`HardwareGumbelModule` subclasses NNI's ``GumbelDartsLightningModule``
+and keeps its shape: each training step is an architecture step on a validation
+batch, then a weight step on a training batch (first-order DARTS). What changes:
+
+* the architecture step's loss is ``CE + P(m)``, ``P`` the
+  :class:`~nni_hwaware.strategies.gumbel.penalty.HardwarePenalty` of the masks
+  ``m`` the forward pass just used (each layer's :attr:`GumbelMixedLayer.mask`),
+  so the penalty's gradient reaches the architecture parameters;
+* a :class:`~nni_hwaware.strategies.gumbel.staged.StagePlan` freezes, per epoch,
+  the layers outside the current stage (their weights and architecture
+  parameters: ``requires_grad`` off and gradients dropped before every optimiser
+  step, so neither momentum nor weight decay moves them) and sets the stage's
+  temperature; a stage ends on patience or its epoch limit;
+* after each epoch the most probable architecture is evaluated on the validation
+  split, and the epoch's record (validation top-1/top-3, expected latency and
+  memory under ``softmax(alpha)``, stage, temperature, loss) is reported to NNI as
+  an intermediate result and kept in :attr:`history`;
+* a loss that is not finite stops the search with the epoch and the last finite values.
+
+BatchNorm layers of frozen blocks keep normalising with batch statistics (their
+running averages are not parameters and are not used by the retrained network).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from nni.nas.oneshot.pytorch.base_lightning import BaseOneShotLightningModule
+from nni.nas.oneshot.pytorch.differentiable import (
+    GumbelDartsLightningModule,
+    LinearTemperatureScheduler,
+)
+from torch import nn
+
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.strategies.gumbel.config import StagingConfig, TemperatureConfig
+from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
+from nni_hwaware.strategies.gumbel.staged import StagePlan
+from nni_hwaware.strategies.gumbel.supernet import GumbelMixedLayer
+
+__all__ = ["HardwareGumbelModule"]
+
+Reporter = Callable[[dict[str, Any]], None]
+
+
+def _report_to_nni(metric: dict[str, Any]) -> None:
+    import nni
+
+    nni.report_intermediate_result(metric)
+
+
+def _loss_of(output: Any) -> torch.Tensor:
+    return output["loss"] if isinstance(output, dict) else output
+
+
+class HardwareGumbelModule(GumbelDartsLightningModule):
+    """See the module docstring. Built by :class:`~nni_hwaware.strategies.gumbel.HardwareGumbelDARTS`."""
+
+    def __init__(self, training_module: Any, *, penalty: HardwarePenalty, temperature: TemperatureConfig,
+                 staging: StagingConfig, arc_learning_rate: float, arc_weight_decay: float = 0.0,
+                 gradient_clip_val: float | None = None, arc_every: int = 1,
+                 report: Reporter | None = None) -> None:
+        super().__init__(training_module, LinearTemperatureScheduler(temperature.init, temperature.min),
+                         arc_learning_rate=arc_learning_rate, gradient_clip_val=gradient_clip_val,
+                         warmup_epochs=0, penalty=None)
+        self.hardware_penalty = penalty
+        self.temperature = temperature
+        self.staging = staging
+        self.arc_weight_decay = arc_weight_decay
+        self.arc_every = arc_every
+        self.report = report or _report_to_nni
+        self.plan: StagePlan | None = None
+        #: One record per finished epoch (what is reported to NNI).
+        self.history: list[dict[str, Any]] = []
+        self._sums: dict[str, tuple[float, int]] = {}
+        self._val = torch.zeros(3)
+        self._last_finite: dict[str, float] = {}
+        self._epoch_closed = -1
+
+    # -- structure -------------------------------------------------------------
+    @property
+    def layers(self) -> list[GumbelMixedLayer]:
+        """The supernet's searchable layers, in forward order."""
+        model = self.training_module.model
+        if getattr(self, "_layers_of", None) is not model:
+            self._layers = [m for m in model.modules() if isinstance(m, GumbelMixedLayer)]
+            self._layers_of = model
+        return self._layers
+
+    def _parameter_groups(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """Each weight of the supernet with its owner: a layer label, ``stem`` or ``head``.
+
+        Weights outside the searchable layers are ``stem`` before the first layer
+        (in registration order) and ``head`` after it.
+        """
+        owner: dict[int, str] = {}
+        for layer in self.layers:
+            for p in layer.parameters():
+                owner[id(p)] = layer.label
+        arch = {id(p) for layer in self.layers for p in layer.arch_parameters()}
+        seen_layer = False
+        for _, p in self.training_module.model.named_parameters():
+            if id(p) in arch:
+                continue
+            label = owner.get(id(p))
+            seen_layer = seen_layer or label is not None
+            yield (label if label is not None else ("head" if seen_layer else "stem")), p
+
+    def setup(self, stage: str | None = None) -> Any:
+        layers = self.layers
+        if not layers:
+            raise HwAwareError("the supernet has no Gumbel layers: was the space mutated by HardwareGumbelDARTS?")
+        if self.plan is None:
+            self.plan = StagePlan([layer.label for layer in layers], self.staging, self.temperature)
+        return super().setup(stage)
+
+    def configure_architecture_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.arch_parameters(), self.arc_learning_rate, betas=(0.5, 0.999),
+                                weight_decay=self.arc_weight_decay)
+
+    # -- freezing and temperature -----------------------------------------------
+    def _trainable(self) -> set[str]:
+        stage = self.plan.current  # type: ignore[union-attr]
+        owners = set(stage.layers)
+        if stage.trains_stem:
+            owners.add("stem")
+        if stage.trains_head:
+            owners.add("head")
+        return owners
+
+    def apply_stage(self) -> None:
+        """Freeze what the current stage does not train; set the stage's temperature."""
+        stage, trainable = self.plan.current, self._trainable()  # type: ignore[union-attr]
+        for owner, p in self._parameter_groups():
+            p.requires_grad_(owner in trainable)
+        tau = self.plan.temperature_now()  # type: ignore[union-attr]
+        for layer in self.layers:
+            layer._arch_alpha.requires_grad_(stage.searches and layer.label in stage.layers)
+            layer.tau, layer.hard = tau, self.temperature.hard
+
+    def frozen_parameters(self) -> list[nn.Parameter]:
+        """The weights and architecture parameters the current stage must not change."""
+        trainable, stage = self._trainable(), self.plan.current  # type: ignore[union-attr]
+        frozen = [p for owner, p in self._parameter_groups() if owner not in trainable]
+        frozen += [layer._arch_alpha for layer in self.layers
+                   if not (stage.searches and layer.label in stage.layers)]
+        return frozen
+
+    def on_train_start(self) -> Any:
+        if self.plan is not None and self.plan.done:  # resumed from the checkpoint of a finished search
+            self.trainer.should_stop = True
+        return super().on_train_start()
+
+    def on_train_epoch_start(self) -> Any:
+        if self.plan is None or self.plan.done:
+            raise RuntimeError("the stage plan is finished; nothing left to train")
+        self.apply_stage()
+        self._sums = {}
+        self.log("gumbel_temperature", self.plan.temperature_now())
+        # NNI's Darts/GumbelDarts hooks would unfreeze every architecture parameter and
+        # set the temperature of GumbelSoftmax modules: the stage plan does both here.
+        return BaseOneShotLightningModule.on_train_epoch_start(self)
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        for p in self.frozen_parameters():
+            p.grad = None
+
+    # -- steps -----------------------------------------------------------------------
+    def _check_finite(self, batch_idx: int, **values: float) -> None:
+        bad = {k: float(v) for k, v in values.items() if not math.isfinite(float(v))}
+        if bad:
+            last = ", ".join(f"{k}={v:.6g}" for k, v in self._last_finite.items()) or "none yet"
+            stage = self.plan.current.name if self.plan and not self.plan.done else "?"
+            raise HwAwareError(
+                f"search loss is not finite in epoch {self.current_epoch} (stage {stage}, batch {batch_idx}): "
+                + ", ".join(f"{k}={v}" for k, v in bad.items())
+                + f"; last finite values: {last}; lower search.lr / search.arc_lr or the penalty weights")
+        self._last_finite.update({k: float(v) for k, v in values.items()})
+
+    def _accumulate(self, **values: float) -> None:
+        """Add to the epoch's running sums; each key is averaged over the steps that gave it."""
+        for key, value in values.items():
+            total, count = self._sums.get(key, (0.0, 0))
+            self._sums[key] = (total + value, count + 1)
+
+    def _architecture_backward(self, loss: torch.Tensor) -> None:
+        """Gradients of ``loss`` for the architecture parameters being searched.
+
+        On one device in full precision only these gradients are computed (the
+        weights' are not needed in an architecture step); otherwise Lightning's
+        ``manual_backward`` (DDP gradient sync, loss scaling) computes them all.
+        """
+        params = [layer._arch_alpha for layer in self.layers if layer._arch_alpha.requires_grad]
+        if self.trainer.world_size == 1 and str(self.trainer.precision) in ("32-true", "32"):
+            for p, grad in zip(params, torch.autograd.grad(loss, params), strict=True):
+                p.grad = grad
+        else:
+            self.manual_backward(loss)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        stage = self.plan.current  # type: ignore[union-attr]
+        if stage.searches and batch_idx % self.arc_every == 0:
+            arc_optim = self.architecture_optimizers()
+            arc_optim.zero_grad()
+            ce = _loss_of(self.training_module.training_step(batch["val"], 2 * batch_idx))
+            masks = [layer.mask for layer in self.layers]
+            penalty, parts = self.hardware_penalty(masks)
+            loss = ce + penalty
+            loss_value, ce_value, penalty_value = float(loss.detach()), float(ce.detach()), float(penalty.detach())
+            self._check_finite(batch_idx, loss=loss_value, ce=ce_value, penalty=penalty_value)
+            self._architecture_backward(loss)
+            arc_optim.step()
+            self._accumulate(loss=loss_value, ce=ce_value, penalty=penalty_value,
+                             sampled_latency_ms=parts["latency_ms"], sampled_memory_mb=parts["memory_mb"])
+        w_loss = _loss_of(self.training_module.training_step(batch["train"], 2 * batch_idx + 1))
+        w_value = float(w_loss.detach())
+        self._check_finite(batch_idx, weight_loss=w_value)
+        self.advance_optimization(w_loss, batch_idx, self.gradient_clip_val)
+        self.advance_lr_schedulers(batch_idx)
+        if not stage.searches:
+            self._accumulate(loss=w_value, ce=w_value)
+        self._accumulate(weight_loss=w_value)
+        return w_loss
+
+    # -- per-epoch evaluation and reporting ----------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        self._val = torch.zeros(3, device=self.device)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        logits = self.training_module(x)
+        top = logits.topk(min(3, logits.shape[1]), dim=1).indices
+        self._val += torch.stack([(top[:, 0] == y).sum(), (top == y[:, None]).any(dim=1).sum(),
+                                  torch.tensor(len(y), device=y.device)]).to(self._val)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        self._end_epoch()
+
+    def on_train_epoch_end(self) -> Any:
+        if self._epoch_closed != self.current_epoch:  # no validation ran this epoch
+            self._end_epoch()
+        return super().on_train_epoch_end()
+
+    def architecture(self) -> dict[str, str]:
+        """The most probable block of every layer (what the search exports now)."""
+        return {layer.label: layer.names[int(layer._arch_alpha.argmax())] for layer in self.layers}
+
+    @torch.no_grad()
+    def expected_costs(self) -> dict[str, float]:
+        """Latency and memory expected under ``softmax(alpha)``, and predicted for the current argmax."""
+        penalty = self.hardware_penalty
+        latency, memory = penalty.expected_costs([layer.probabilities() for layer in self.layers])
+        arch_latency, arch_memory = penalty.expected_costs(penalty._one_hot(self.architecture()))
+        return {"expected_latency_ms": float(latency), "expected_memory_mb": float(memory),
+                "arch_latency_ms": float(arch_latency), "arch_memory_mb": float(arch_memory)}
+
+    def _end_epoch(self) -> None:
+        plan = self.plan
+        if plan is None or plan.done:
+            return
+        self._epoch_closed = self.current_epoch
+        counts = self.trainer.strategy.reduce(self._val.clone(), reduce_op="sum")
+        total = float(counts[2])
+        val_top1 = float(counts[0]) / total if total else float("nan")
+        val_top3 = float(counts[1]) / total if total else float("nan")
+        means = {key: total / count for key, (total, count) in self._sums.items()}
+        stage, stage_epoch, temperature = plan.current.name, plan.epoch_in_stage, plan.temperature_now()
+        decision = plan.end_epoch(means.get("loss", float("nan")))
+        record: dict[str, Any] = {
+            "default": val_top1, "val_top1": val_top1, "val_top3": val_top3,
+            **self.expected_costs(), "stage": stage, "stage_epoch": stage_epoch, "epoch": self.current_epoch,
+            "temperature": temperature, **means, "decision": decision, "arch": self.architecture(),
+        }
+        self.history.append(record)
+        numeric = {f"search/{k}": float(v) for k, v in record.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "default"}
+        self.log_dict(numeric)
+        if self.trainer.is_global_zero:
+            self.report({k: (v if not isinstance(v, dict) else _arch_text(v)) for k, v in record.items()})
+        if decision == "done":
+            self.trainer.should_stop = True
+
+    def on_fit_end(self) -> None:
+        # The evaluator's own final report reads metrics this module does not log.
+        return None
+
+    # -- checkpoints ---------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["hardware_gumbel"] = {
+            "plan": self.plan.state_dict() if self.plan else None,
+            "history": self.history,
+            "generators": {layer.label: layer.generator.get_state() for layer in self.layers},
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint.get("hardware_gumbel")
+        if state is None:
+            raise HwAwareError("the checkpoint was not written by a hardware Gumbel search")
+        if self.plan is None:
+            self.plan = StagePlan([layer.label for layer in self.layers], self.staging, self.temperature)
+        if state["plan"] is not None:
+            self.plan.load_state_dict(state["plan"])
+        self.history = list(state["history"])
+        for layer in self.layers:
+            layer.generator.set_state(state["generators"][layer.label])
+
+
+def _arch_text(arch: dict[str, str]) -> str:
+    import json
+
+    return json.dumps(arch, separators=(",", ":"))

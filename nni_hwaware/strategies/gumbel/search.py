@@ -1,0 +1,265 @@
+"""The whole job: search -> export -> retrain (searched and baseline) -> report, and each step alone.
+
+``nni-hwaware search gumbel --config gumbel.yml`` runs :func:`run_pipeline`:
+
+1. the cost model of the chip (a table file, or the space profiled on this machine);
+2. :func:`search`: the supernet of the space trained by :class:`HardwareGumbelDARTS`
+   on NNI's sequential engine with a Lightning ``Classification`` evaluator
+   (training batches for the weights, validation batches for the architecture),
+   Lightning checkpoints in ``<out>/<name>/checkpoints`` (an interrupted search
+   resumes there), the exported architecture in ``<out>/<name>/arch.json``;
+3. the exported network and the baseline retrained from random initialisation
+   (:func:`nni_hwaware.report.evaluate_architecture`: best-on-validation epoch,
+   test top-1/top-3, latency and memory measured on this machine and predicted by
+   the table, params, FLOPs);
+4. one more search and retraining per ``sweep.alphas`` value;
+5. the report (:func:`nni_hwaware.report.write_report`): Markdown and CSV table,
+   accuracy-latency plot; ``<out>/summary.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from nni_hwaware.cost_table.predict import CostModel
+from nni_hwaware.files import write_json
+from nni_hwaware.profiling import fixed_threads
+from nni_hwaware.spaces.config import Architecture, SpaceConfig
+from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
+
+__all__ = ["EpochShuffle", "SearchOutcome", "load_cost_model", "run_pipeline", "search"]
+
+
+class EpochShuffle(Sampler[int]):
+    """A random order of ``n`` indices that depends only on ``(seed, epoch)``.
+
+    Lightning calls :meth:`set_epoch` before each epoch, so a search resumed from a
+    checkpoint sees the same batches as one that never stopped.
+    """
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return iter(torch.randperm(self.n, generator=generator).tolist())
+
+
+@dataclass
+class SearchOutcome:
+    """What one search produced."""
+
+    arch: Architecture
+    probabilities: dict[str, dict[str, float]]
+    history: list[dict[str, Any]]
+    search_seconds: float
+    alpha: float
+    arch_path: Path
+    stage_log: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_cost_model(config: GumbelSearchConfig, space: SpaceConfig, out: Path) -> CostModel:
+    """The cost model of ``config.cost``; without a table file the space is profiled here once.
+
+    With ``config.prune.mode`` set, the space is pruned first (seed 001 step 4) and
+    the cost model is that of the pruned space (its ``config``); the pruned space
+    and the pruning report are written to ``out``.
+    """
+    from nni_hwaware.cost_table import CostTable, profile_space
+
+    cost = config.cost
+    if cost.table is not None:
+        table = CostTable.load(cost.table)
+    else:
+        path = out / "cost_table.csv"
+        if path.is_file():
+            table = CostTable.load(path)
+        else:
+            table = profile_space(space, chip=cost.chip, backend=cost.backend, batch_size=cost.batch_size,
+                                  threads=cost.threads, seed=config.seed)
+            table.save(path)
+    model = CostModel(table, space, chip=cost.chip, backend=cost.backend, batch_size=cost.batch_size)
+    prune = config.prune
+    if prune.mode is None:
+        return model
+    from nni_hwaware.pruning import prune_space
+
+    result = prune_space(model, mode=prune.mode, k=prune.k, threshold=prune.threshold, top=prune.top,
+                         always_keep=(*prune.keep, space.baseline_block))
+    result.save(out / "pruned_space.json", out / "pruning.csv")
+    return CostModel(table, result.config, chip=model.chip, backend=cost.backend, batch_size=cost.batch_size)
+
+
+def _datasets(config: GumbelSearchConfig, space: SpaceConfig) -> dict[str, Dataset]:
+    from nni_hwaware.spaces.data import make_dataset
+
+    return {split: make_dataset(space.dataset, split, seed=config.seed, data_dir=config.data_dir)
+            for split in ("train", "val")}
+
+
+def _evaluator(config: GumbelSearchConfig, space: SpaceConfig, max_epochs: int, out: Path,
+               extra_callbacks: Sequence[Any] = ()) -> Any:
+    from functools import partial
+
+    from nni.nas.evaluator.pytorch import Classification, DataLoader
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    s = config.search
+    data = _datasets(config, space)
+    loaders = {
+        "train": DataLoader(data["train"], batch_size=s.batch_size, sampler=EpochShuffle(len(data["train"]), config.seed),
+                            num_workers=s.workers),
+        "val": DataLoader(data["val"], batch_size=s.batch_size,
+                          sampler=EpochShuffle(len(data["val"]), config.seed + 1), num_workers=s.workers),
+    }
+    callbacks = list(extra_callbacks)
+    if s.checkpoint:
+        callbacks.append(ModelCheckpoint(dirpath=out / "checkpoints", filename="last", save_top_k=1,
+                                         enable_version_counter=False))
+    accelerator = "gpu" if s.accelerator == "cuda" else s.accelerator
+    strategy = "ddp_find_unused_parameters_true" if s.devices > 1 else "auto"
+    return Classification(
+        optimizer=partial(torch.optim.SGD, momentum=s.momentum, nesterov=s.momentum > 0),
+        learning_rate=s.lr, weight_decay=s.weight_decay, num_classes=space.num_classes,
+        train_dataloaders=loaders["train"], val_dataloaders=loaders["val"],
+        max_epochs=max_epochs, accelerator=accelerator, devices=s.devices, strategy=strategy,
+        logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        enable_checkpointing=s.checkpoint, callbacks=callbacks, default_root_dir=str(out),
+        gradient_clip_val=None)
+
+
+def search(config: GumbelSearchConfig, space: SpaceConfig, cost_model: CostModel, out: Path, *,
+           report: Callable[[dict[str, Any]], None] | None = None, callbacks: Sequence[Any] = ()) -> SearchOutcome:
+    """Run one search into ``out`` and export its architecture to ``out/arch.json``.
+
+    ``report`` receives each epoch's record (default: NNI's intermediate result);
+    ``callbacks`` are extra Lightning callbacks.
+    """
+    from nni.nas.execution import SequentialExecutionEngine
+    from nni.nas.space import RawFormatModelSpace
+
+    from nni_hwaware.spaces.io import save_architecture
+    from nni_hwaware.spaces.network import BlockChoiceSpace
+    from nni_hwaware.strategies.gumbel.staged import StagePlan
+    from nni_hwaware.strategies.gumbel.strategy import HardwareGumbelDARTS
+
+    out.mkdir(parents=True, exist_ok=True)
+    labels = [spec.label for spec in space.layer_specs()]
+    max_epochs = StagePlan(labels, config.stages, config.temperature).max_total_epochs()
+    start = time.perf_counter()
+    with fixed_threads(config.search.threads):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)  # the supernet's initial weights
+            supernet = BlockChoiceSpace(space.to_dict())
+        evaluator = _evaluator(config, space, max_epochs, out, callbacks)
+        checkpoint = out / "checkpoints" / "last.ckpt"
+        if config.search.checkpoint and config.search.resume and checkpoint.is_file():
+            evaluator.fit_kwargs.update(ckpt_path=str(checkpoint), weights_only=False)
+        strategy = HardwareGumbelDARTS(
+            cost_model, penalty=config.penalty, temperature=config.temperature, staging=config.stages,
+            arc_learning_rate=config.search.arc_lr, arc_weight_decay=config.search.arc_weight_decay,
+            gradient_clip_val=config.search.gradient_clip, arc_every=config.search.arc_every,
+            baseline_bias=config.search.baseline_bias,
+            seed=config.seed, report=report)
+        strategy(RawFormatModelSpace(supernet, evaluator), SequentialExecutionEngine())
+    seconds = time.perf_counter() - start
+    arch = strategy.export_architecture()
+    module = strategy.module
+    outcome = SearchOutcome(arch=arch, probabilities=strategy.probabilities(), history=module.history,
+                            search_seconds=seconds, alpha=config.penalty.alpha, arch_path=out / "arch.json",
+                            stage_log=list(module.plan.log) if module.plan else [])
+    if module.trainer.is_global_zero:
+        save_architecture(outcome.arch_path, arch, space, alpha=config.penalty.alpha,
+                          probabilities=outcome.probabilities, search_seconds=seconds, chip=cost_model.chip)
+        write_json(out / "history.json", {"history": module.history, "stages": outcome.stage_log})
+    return outcome
+
+
+def _alpha_name(alpha: float) -> str:
+    return f"alpha_{alpha:g}".replace(".", "p")
+
+
+def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]], None] | None = None,
+                 log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Search, export, retrain the found network and the baseline, sweep, report; returns the summary."""
+    from nni_hwaware.report import ModelResult, evaluate_architecture, write_report
+    from nni_hwaware.spaces import get_space_config
+
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", config.to_dict())
+    cost_model = load_cost_model(config, get_space_config(config.space), out)
+    space = cost_model.config  # pruned, if config.prune says so
+    train = config.train_config()
+
+    done: dict[tuple[tuple[str, str], ...], ModelResult] = {}
+
+    def retrain(arch: Architecture, name: str, **extra: Any) -> ModelResult:
+        # The same architecture trains (same seed) and measures the same: do it once.
+        path = out / "results" / f"{name}.json"
+        key = tuple(sorted(arch.items()))
+        if key in done:
+            result = dataclasses.replace(done[key], name=name, alpha=extra.get("alpha"),
+                                         search_seconds=extra.get("search_seconds"))
+        else:
+            result = evaluate_architecture(space, arch, train, cost_model=cost_model, name=name,
+                                           threads=config.cost.threads, batch_size=config.cost.batch_size,
+                                           backend=config.cost.backend, repeats=config.cost.repeats, **extra)
+            done[key] = result
+        result.save(path)
+        log(f"{name}: test top-1 {result.test_top1:.4f}, top-3 {result.test_top3:.4f}, "
+            f"latency {result.latency_ms:.4g} ms, memory {result.memory_mb:.4g} MB ({path})")
+        return result
+
+    outcomes: dict[float, SearchOutcome] = {}
+    results: dict[float, ModelResult] = {}
+    for alpha in dict.fromkeys((config.penalty.alpha, *config.sweep.alphas)):
+        run_config = config.replace(**{"penalty.alpha": alpha})
+        outcome = search(run_config, space, cost_model, out / "search" / _alpha_name(alpha),
+                         report=report if alpha == config.penalty.alpha else None)
+        outcomes[alpha] = outcome
+        if not _is_rank_zero():
+            return {}
+        log(f"search alpha={alpha:g}: {json.dumps(outcome.arch)} in {outcome.search_seconds:.1f} s")
+        results[alpha] = retrain(outcome.arch, f"searched_{_alpha_name(alpha)}", alpha=alpha,
+                                 search_seconds=outcome.search_seconds)
+    main = results[config.penalty.alpha]
+    main = main.renamed("searched")
+    main.save(out / "results" / "searched.json")
+    baseline = retrain(space.baseline(), "baseline") if config.baseline else None
+    sweep = [results[a] for a in config.sweep.alphas]
+    files: dict[str, str] = {}
+    if baseline is not None:
+        files = {k: str(v) for k, v in write_report(out / "report", baseline, [main], sweep=sweep).items()}
+    summary = {
+        "space": space.name, "chip": cost_model.chip, "alpha": config.penalty.alpha,
+        "arch": main.arch, "arch_path": str(outcomes[config.penalty.alpha].arch_path),
+        "searched": main.to_dict(), "baseline": baseline.to_dict() if baseline else None,
+        "sweep": [r.to_dict() for r in sweep], "report": files,
+        "search_seconds": outcomes[config.penalty.alpha].search_seconds,
+    }
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def _is_rank_zero() -> bool:
+    """False in the extra processes of a multi-device (DDP) search: they stop after searching."""
+    import os
+
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
+

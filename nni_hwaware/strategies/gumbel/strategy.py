@@ -1,0 +1,158 @@
+"""The NNI strategy: ``NasExperiment(space, evaluator, HardwareGumbelDARTS(cost_model, ...))``.
+
+:class:`HardwareGumbelDARTS` subclasses NNI's ``GumbelDARTS``: the model space
+becomes a supernet of :class:`~nni_hwaware.strategies.gumbel.supernet.GumbelMixedLayer`
+(one per ``LayerChoice``), the evaluator's Lightning module is wrapped in a
+:class:`~nni_hwaware.strategies.gumbel.module.HardwareGumbelModule`, and the
+training data loader pairs training and validation batches (architecture steps
+use validation batches, as in NNI's DARTS). Unlike NNI's DARTS, the validation
+loader is also run after each epoch, on the currently most probable architecture.
+
+It runs on NNI's sequential engine like every one-shot strategy, inside a
+``NasExperiment`` or directly as ``strategy(RawFormatModelSpace(space, evaluator),
+SequentialExecutionEngine())``. Afterwards :meth:`HardwareGumbelDARTS.export_architecture`
+(also ``experiment.export_top_models(formatter="dict")``) gives the block with the
+largest probability in each layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from nni.mutable import Categorical
+from nni.nas.oneshot.pytorch.strategy import GumbelDARTS, OneShotStrategy, no_default_hook
+from torch import nn
+
+from nni_hwaware.cost_table.predict import CostModel
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.strategies.gumbel.config import (
+    PenaltyConfig,
+    StagingConfig,
+    TemperatureConfig,
+    from_mapping,
+)
+from nni_hwaware.strategies.gumbel.module import HardwareGumbelModule
+from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
+from nni_hwaware.strategies.gumbel.supernet import GumbelMixedLayer
+
+__all__ = ["HardwareGumbelDARTS"]
+
+
+class HardwareGumbelDARTS(GumbelDARTS):
+    """Gumbel-DARTS with ``L = CE + alpha*lat^beta + gamma*mem^delta`` and staged search.
+
+    Parameters
+    ----------
+    cost_model
+        Per-block costs of the searched space on the target chip
+        (``CostModel(CostTable.load(path), space_config, chip=...)``).
+    penalty, temperature, staging
+        :class:`PenaltyConfig`, :class:`TemperatureConfig`, :class:`StagingConfig`
+        (or mappings of their fields, e.g. from YAML).
+    arc_learning_rate, arc_weight_decay
+        Adam on the architecture parameters (betas (0.5, 0.999), as NNI's DARTS).
+    gradient_clip_val
+        Clip the weights' gradients (None: no clipping).
+    arc_every
+        Architecture step on every k-th training batch only.
+    baseline_bias
+        Initial architecture logit of the space's baseline block (``cost_model.config.baseline_block``)
+        in every layer; the others start near 0.
+    seed
+        Seeds the architecture parameters' initial values and every layer's Gumbel noise.
+    report
+        Called with each epoch's record (default: ``nni.report_intermediate_result``).
+    """
+
+    def __init__(self, cost_model: CostModel, *, penalty: PenaltyConfig | Mapping[str, Any] | None = None,
+                 temperature: TemperatureConfig | Mapping[str, Any] | None = None,
+                 staging: StagingConfig | Mapping[str, Any] | None = None,
+                 arc_learning_rate: float = 0.01, arc_weight_decay: float = 0.0,
+                 gradient_clip_val: float | None = None, arc_every: int = 1, baseline_bias: float = 0.0,
+                 seed: int = 0,
+                 report: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.penalty_config = from_mapping(PenaltyConfig, penalty, "penalty")
+        self.temperature_config = from_mapping(TemperatureConfig, temperature, "temperature")
+        self.staging = from_mapping(StagingConfig, staging, "stages")
+        if not (arc_learning_rate > 0):
+            raise HwAwareError(f"arc_learning_rate must be > 0, got {arc_learning_rate}")
+        super().__init__(temperature=(self.temperature_config.init, self.temperature_config.min),
+                         arc_learning_rate=arc_learning_rate, gradient_clip_val=gradient_clip_val,
+                         warmup_epochs=0, penalty=None)
+        self.cost_model = cost_model
+        self.arc_weight_decay = arc_weight_decay
+        self.arc_every = arc_every
+        self.baseline_bias = baseline_bias
+        self.seed = seed
+        self.report = report
+        self.hardware_penalty: HardwarePenalty | None = None
+
+    def extra_repr(self) -> str:
+        p, t, s = self.penalty_config, self.temperature_config, self.staging
+        return (f"chip={self.cost_model.chip!r}, alpha={p.alpha}, beta={p.beta}, gamma={p.gamma}, "
+                f"delta={p.delta}, temperature={t.init}->{t.min} ({t.schedule}, hard={t.hard}), "
+                f"stages={list(s.order)}, split={s.split}, seed={self.seed}")
+
+    # -- supernet ----------------------------------------------------------------
+    def default_mutation_hooks(self) -> list[Any]:
+        return [GumbelMixedLayer.mutate, no_default_hook]
+
+    def mutate_model(self, model: Any) -> Any:
+        # NNI's DARTS draws the initial alphas from the global generator; draw them
+        # from this strategy's seed instead.
+        generator = torch.Generator().manual_seed(self.seed)
+        self._arch_parameters = {}
+        for label, mutable in model.simplify().items():
+            if not isinstance(mutable, Categorical):
+                raise HwAwareError(f"HardwareGumbelDARTS searches LayerChoices only; {label!r} is a "
+                                   f"{type(mutable).__name__}")
+            values = torch.randn(len(mutable.values), generator=generator) * 1e-3
+            baseline = self.cost_model.config.baseline_block
+            if self.baseline_bias and baseline in mutable.values:
+                values[list(mutable.values).index(baseline)] += self.baseline_bias
+            self._arch_parameters[label] = nn.Parameter(values)
+        model = OneShotStrategy.mutate_model(self, model)
+        layers = {m.label: list(m.names) for m in model.modules() if isinstance(m, GumbelMixedLayer)}
+        self.hardware_penalty = HardwarePenalty(self.cost_model, self.penalty_config, layers)
+        return model
+
+    def run_hook(self, hook: Any, name: str, module: nn.Module, memo: dict[str, Any]) -> Any:
+        if not memo.get("_validated"):
+            memo.update(self._arch_parameters)
+            memo["_validated"] = True
+        t = self.temperature_config
+        kwargs = {"seed": self.seed, "tau": t.init, "hard": t.hard, "min_weight": t.min_weight}
+        return hook(module, name, memo, kwargs)
+
+    def configure_oneshot_module(self, training_module: Any) -> HardwareGumbelModule:
+        if self.hardware_penalty is None:
+            raise RuntimeError("mutate_model must run before configure_oneshot_module")
+        return HardwareGumbelModule(
+            training_module, penalty=self.hardware_penalty, temperature=self.temperature_config,
+            staging=self.staging, arc_learning_rate=self.arc_learning_rate,
+            arc_weight_decay=self.arc_weight_decay, gradient_clip_val=self.gradient_clip_val,
+            arc_every=self.arc_every, report=self.report)
+
+    def val_dataloader(self, train_dataloader_fn: Callable[[], Any], val_dataloader_fn: Callable[[], Any]) -> Any:
+        return val_dataloader_fn()
+
+    # -- results -----------------------------------------------------------------
+    @property
+    def module(self) -> HardwareGumbelModule:
+        return self.oneshot_module  # type: ignore[return-value]
+
+    def export_architecture(self) -> dict[str, str]:
+        """The block with the largest probability in each layer."""
+        return self.module.architecture()
+
+    def probabilities(self) -> dict[str, dict[str, float]]:
+        """``softmax(alpha)`` of every layer: block -> probability."""
+        return {layer.label: dict(zip(layer.names, layer.probabilities().detach().cpu().tolist(), strict=True))
+                for layer in self.module.layers}
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """One record per search epoch (stage, loss, expected costs, validation accuracy)."""
+        return self.module.history

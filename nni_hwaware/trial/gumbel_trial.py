@@ -1,0 +1,103 @@
+"""The Gumbel search as one NNI trial: ``python -m nni_hwaware.trial.gumbel_trial --config gumbel.yml``.
+
+The ``trialCommand`` of a one-trial ``nnictl`` experiment (see
+``examples/digits/gumbel_nnictl.yml``). It runs the whole job of
+``nni-hwaware search gumbel`` (search, export, retrain the found network and the
+baseline, report) and reports to NNI:
+
+* per search epoch, an intermediate result ``{default: val_top1, val_top3,
+  expected_latency_ms, expected_memory_mb, arch_latency_ms, stage, epoch,
+  temperature, loss, ce, penalty, ..., arch}`` -- the portal shows the search
+  progressing stage by stage;
+* at the end, a final result ``{default: val_top1 of the retrained network,
+  test_top1, test_top3, latency_ms, memory_mb (measured), predicted_latency_ms,
+  predicted_memory_mb, params, flops, latency_ratio, memory_ratio (vs the
+  baseline), top1_drop_pp, top3_drop_pp, search_seconds, alpha, arch}``.
+
+The parameters NNI hands over (if any) override the config: ``alpha``, ``beta``,
+``gamma``, ``delta`` (the penalty's) or any dotted option (``temperature.init``),
+so a tuner can sweep them with one trial per value. Files go to
+``$NNI_OUTPUT_DIR/gumbel`` (the trial's folder) unless ``--out`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from nni_hwaware.errors import HwAwareError
+
+__all__ = ["PARAMETER_ALIASES", "final_metrics", "main", "overrides_from_parameters"]
+
+#: Short names a tuner's search space may use for penalty options.
+PARAMETER_ALIASES = {name: f"penalty.{name}" for name in ("alpha", "beta", "gamma", "delta")}
+
+
+def overrides_from_parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Config changes (dotted paths) from NNI's parameters; keys starting with ``_`` are NNI's own."""
+    return {PARAMETER_ALIASES.get(key, key): value for key, value in (parameters or {}).items()
+            if not key.startswith("_")}
+
+
+def final_metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The final metric dict of the trial from :func:`run_pipeline`'s summary."""
+    searched, baseline = summary["searched"], summary.get("baseline")
+    keys = ("test_top1", "test_top3", "val_top1", "val_top3", "latency_ms", "memory_mb",
+            "predicted_latency_ms", "predicted_memory_mb", "params", "flops")
+    final: dict[str, Any] = {"default": searched["val_top1"], **{k: searched[k] for k in keys}}
+    if baseline:
+        final.update(
+            latency_ratio=searched["latency_ms"] / baseline["latency_ms"],
+            memory_ratio=searched["memory_mb"] / baseline["memory_mb"],
+            top1_drop_pp=100 * (baseline["test_top1"] - searched["test_top1"]),
+            top3_drop_pp=100 * (baseline["test_top3"] - searched["test_top3"]),
+            baseline_test_top1=baseline["test_top1"], baseline_latency_ms=baseline["latency_ms"])
+    final.update(search_seconds=summary["search_seconds"], alpha=summary["alpha"],
+                 arch=json.dumps(summary["arch"], separators=(",", ":")))
+    return final
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m nni_hwaware.trial.gumbel_trial",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="search config YAML (as for nni-hwaware search gumbel)")
+    parser.add_argument("--out", help="output directory (default: $NNI_OUTPUT_DIR/gumbel, else the config's out)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except HwAwareError as err:
+        print(f"nni_hwaware.trial.gumbel_trial: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    import nni
+
+    from nni_hwaware.nni_fixes import outer_trial_reporter
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, run_pipeline
+
+    config = GumbelSearchConfig.from_yaml(args.config)
+    config = config.replace(**overrides_from_parameters(nni.get_next_parameter()))
+    out = args.out or (os.path.join(os.environ["NNI_OUTPUT_DIR"], "gumbel") if os.environ.get("NNI_OUTPUT_DIR")
+                       else None)
+    if out:
+        config = config.replace(out=out)
+    summary = run_pipeline(config, report=outer_trial_reporter())
+    if not summary:  # an extra DDP process
+        return 0
+    final = final_metrics(summary)
+    nni.report_final_result(final)
+    print(json.dumps(final))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""The command line end to end on the hand-made two-layer space: search gumbel, retrain, report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from handmade import tiny_config, tiny_table
+
+from nni_hwaware.cli import main
+from nni_hwaware.report import ModelResult
+
+pytestmark = pytest.mark.slow
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path]:
+    space = tmp_path / "tiny_space.json"
+    space.write_text(tiny_config().to_json())
+    table = tmp_path / "tiny_table.csv"
+    tiny_table().save(table)
+    return space, table
+
+
+def _config(tmp_path: Path, space: Path, table: Path) -> Path:
+    config = {
+        "space": str(space), "seed": 0, "out": str(tmp_path / "run"),
+        "cost": {"table": str(table), "repeats": 1},
+        "penalty": {"alpha": 20.0, "gamma": 0.0},
+        "temperature": {"init": 1.0, "min": 1.0, "hard": True},
+        "stages": {"split": 1, "order": ["upper", "lower"], "max_epochs": 1, "min_epochs": 1},
+        "search": {"threads": 1, "arc_lr": 0.1, "accelerator": "cpu"},
+        "retrain": {"epochs": 2},
+        "sweep": {"alphas": [0.0]},
+    }
+    path = tmp_path / "gumbel.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_search_gumbel_then_retrain_then_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    space, table = _files(tmp_path)
+    config = _config(tmp_path, space, table)
+    assert main(["search", "gumbel", "--config", str(config), "--set", "retrain.epochs=1"]) == 0
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["arch"] == {"layer1_0": "skip", "layer2_0": "skip"}
+    assert {r["alpha"] for r in summary["sweep"]} == {0.0}
+    for name in ("comparison.md", "comparison.csv", "accuracy_latency.png"):
+        assert (run / "report" / name).is_file()
+    markdown = (run / "report" / "comparison.md").read_text()
+    assert "| top-3 accuracy (%) |" in markdown and "searched vs baseline" in markdown
+    searched = ModelResult.load(run / "results" / "searched.json")
+    assert searched.train_seconds > 0 and searched.predicted_latency_ms == pytest.approx(0.75 + 0.1 + 0.2)
+    history = json.loads((run / "search" / "alpha_20" / "history.json").read_text())
+    assert [r["stage"] for r in history["history"]] == ["upper", "lower"]
+
+    arch = run / "search" / "alpha_20" / "arch.json"
+    result = tmp_path / "retrained.json"
+    assert main(["retrain", "--arch", str(arch), "--space", str(space), "--table", str(table),
+                 "--epochs", "1", "--name", "retrained", "--out", str(result)]) == 0
+    assert ModelResult.load(result).arch == summary["arch"]
+
+    capsys.readouterr()
+    assert main(["report", "--baseline", str(run / "results" / "baseline.json"), "--result", str(result),
+                 "--out", str(tmp_path / "report"), "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    assert "| metric | baseline | retrained | retrained vs baseline |" in out
+
+
+def test_bad_input_is_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    space, table = _files(tmp_path)
+    config = _config(tmp_path, space, table)
+    assert main(["search", "gumbel", "--config", str(config), "--set", "penalty.alpha=-1"]) == 2
+    assert "penalty alpha must be >= 0, got -1" in capsys.readouterr().err
+    assert main(["search", "gumbel", "--config", str(config), "--set", "cost.chip=chipB"]) == 2
+    err = capsys.readouterr().err
+    assert "chip='chipB'" in err and "'chipA'" in err and err.count("\n") == 1
+    bad = tmp_path / "bad_arch.json"
+    bad.write_text(json.dumps({"arch": {"layer1_0": "skip", "layer2_0": "mbconv_k3_e3"}}))
+    assert main(["retrain", "--arch", str(bad), "--space", str(space), "--out", str(tmp_path / "x.json")]) == 2
+    assert "does not fit space 'tiny'" in capsys.readouterr().err
+    assert main(["search"]) == 2
+    assert "name a search strategy: gumbel" in capsys.readouterr().err

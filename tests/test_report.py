@@ -1,0 +1,113 @@
+"""The seed-style report: hand-made results, exact changes, Markdown, CSV, plot, JSON round trip."""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.report import (
+    PLOT_INSTALL_HINT,
+    ModelResult,
+    PlotPoint,
+    accuracy_latency_plot,
+    comparison_table,
+    pareto_front,
+    relative_changes,
+    to_markdown,
+    write_report,
+)
+
+
+def _result(name: str, top1: float, top3: float, latency: float, memory: float, **extra: Any) -> ModelResult:
+    return ModelResult(name=name, space="digits", arch={"layer1_0": "skip"}, test_top1=top1, test_top3=top3,
+                       val_top1=top1, val_top3=top3, latency_ms=latency, memory_mb=memory, params=1000,
+                       flops=20_000, chip="chipA", predicted_latency_ms=latency * 1.1,
+                       predicted_memory_mb=memory, **extra)
+
+
+BASE = _result("baseline", 0.98, 1.0, 2.0, 0.4)
+FOUND = _result("searched", 0.975, 0.995, 0.9, 0.2, alpha=1.0, search_seconds=10.0)
+
+
+def test_changes_are_points_for_accuracy_and_percent_for_costs() -> None:
+    changes = relative_changes(BASE, FOUND)
+    assert changes["test_top1"] == pytest.approx(-0.5)
+    assert changes["test_top3"] == pytest.approx(-0.5)
+    assert changes["latency_ms"] == pytest.approx(-55.0)
+    assert changes["memory_mb"] == pytest.approx(-50.0)
+    assert changes["params"] == 0.0
+
+
+def test_comparison_table_values() -> None:
+    frame = comparison_table(BASE, [FOUND])
+    assert list(frame.columns) == ["metric", "change in", "baseline", "searched", "searched vs baseline"]
+    row = frame.set_index("metric").loc["latency, measured (ms)"]
+    assert (row["baseline"], row["searched"], row["searched vs baseline"]) == pytest.approx((2.0, 0.9, -55.0))
+    top1 = frame.set_index("metric").loc["top-1 accuracy (%)"]
+    assert (top1["baseline"], top1["searched"], top1["change in"]) == (pytest.approx(98.0), pytest.approx(97.5), "pts")
+    with pytest.raises(ValueError, match="distinct names"):
+        comparison_table(BASE, [BASE])
+
+
+def test_markdown_shows_signed_changes_with_units() -> None:
+    text = to_markdown(comparison_table(BASE, [FOUND]))
+    lines = text.splitlines()
+    assert lines[0] == "| metric | baseline | searched | searched vs baseline |"
+    assert "| top-1 accuracy (%) | 98.00 | 97.50 | -0.50 pts |" in lines
+    assert "| latency, measured (ms) | 2.0000 | 0.9000 | -55.00 % |" in lines
+    assert "| parameters | 1,000 | 1,000 | +0.00 % |" in lines
+
+
+def test_missing_predictions_show_as_not_available() -> None:
+    bare = ModelResult(**{**FOUND.to_dict(), "name": "bare", "predicted_latency_ms": None})
+    text = to_markdown(comparison_table(BASE, [bare]))
+    assert "| latency, predicted (ms) | 2.2000 | n/a | n/a |" in text
+
+
+def test_write_report_writes_markdown_csv_and_png(tmp_path: Path) -> None:
+    sweep = [_result(f"a{a}", 0.98 - a / 100, 1.0, 2.0 / (1 + a), 0.3, alpha=a) for a in (0.5, 1.0, 2.0)]
+    paths = write_report(tmp_path / "report", BASE, [FOUND], sweep=sweep)
+    assert set(paths) == {"markdown", "csv", "plot"}
+    markdown = paths["markdown"].read_text()
+    assert markdown.startswith("# searched vs baseline (digits, chipA)")
+    assert "| 0.5 | 97.50 | 100.00 | 1.3333 | 0.667 | 0.3000 | 0.750 |" in markdown
+    frame = pd.read_csv(paths["csv"])
+    assert frame.loc[frame.metric == "memory, measured (MB)", "searched vs baseline"].item() == pytest.approx(-50.0)
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.rglob(".*.tmp"))  # written atomically
+
+
+def test_plot_without_matplotlib_names_the_install_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("matplotlib"):
+            raise ImportError("no matplotlib")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with pytest.raises(HwAwareError, match=r"pip install 'nni-hwaware\[plot\]'"):
+        accuracy_latency_plot([PlotPoint(1.0, 90.0, "x", "trial")], tmp_path / "p.png")
+    assert PLOT_INSTALL_HINT == "pip install 'nni-hwaware[plot]'"
+
+
+def test_pareto_front_of_trials(tmp_path: Path) -> None:
+    points = [PlotPoint(lat, acc, f"t{i}", "trial") for i, (lat, acc) in
+              enumerate([(1.0, 90.0), (2.0, 95.0), (1.5, 89.0), (3.0, 94.0), (0.5, 80.0), (2.5, 97.0)])]
+    assert [p.label for p in pareto_front(points)] == ["t4", "t0", "t1", "t5"]
+    path = accuracy_latency_plot(points, tmp_path / "trials.png", pareto=True)
+    assert path.stat().st_size > 1000
+
+
+def test_results_round_trip_through_json_and_reject_unknown_fields(tmp_path: Path) -> None:
+    path = FOUND.save(tmp_path / "r.json")
+    assert ModelResult.load(path) == FOUND
+    (tmp_path / "bad.json").write_text('{"name": "x", "colour": 1}')
+    with pytest.raises(HwAwareError, match=r"unknown fields \['colour'\]"):
+        ModelResult.load(tmp_path / "bad.json")
+    assert ModelResult.from_dict({**FOUND.to_dict(), "train_seconds": 2.5}).train_seconds == 2.5

@@ -449,3 +449,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return 0
+
+
+def _add_check_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="nnictl experiment config that uses the PPO tuner (e.g. config.yml)")
+
+
+@command("check-config", "say what would make an experiment config fail, before launching it", _add_check_config)
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from nni_hwaware.experiment.check import check_config
+
+    notes = check_config(args.config)
+    for note in notes:
+        print(f"note: {note}")
+    print(f"{args.config}: OK")
+    return 0

@@ -81,3 +81,43 @@ def test_cifar_example_config_checks_and_runs_when_the_data_is_there() -> None:
     from nni_hwaware.spaces.data import make_dataset
 
     assert len(make_dataset("cifar10", "train", data_dir=str(data))) == 40_000
+
+
+@pytest.mark.parametrize("name", ["gumbel.yml", "gumbel_nnictl.yml"])
+def test_cifar_gumbel_configs_load(name: str) -> None:
+    """The CIFAR-10 Gumbel configs parse into their typed configs (running them needs the data)."""
+    path = ROOT / "examples/cifar10_resnet50" / name
+    if name == "gumbel.yml":
+        from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
+
+        config = GumbelSearchConfig.from_yaml(path)
+        assert config.space == "cifar10_resnet50" and config.stages.split == 8
+    else:
+        config = yaml.safe_load(path.read_text())
+        assert config["trialCommand"] == "python -m nni_hwaware.trial.gumbel_trial --config gumbel.yml"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"space": "imagenet"}, "unknown space 'imagenet'"),
+     ({"ppo": {"sed": 1}}, "unknown PPO options ['sed']"),
+     ({"budjet": {}}, "unknown PPOTuner classArgs ['budjet']"),
+     ({"budget": {"latency_ms": 1e-6}}, "no architecture of space 'digits' fits the budget")],
+)
+def test_check_config_names_what_is_wrong(tmp_path: Path, change: dict, message: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from nni_hwaware.cli import main
+
+    template = _absolute(yaml.safe_load((ROOT / "config.yml").read_text()), ROOT)
+    template["experimentWorkingDirectory"] = str(tmp_path)
+    template["tuner"]["classArgs"].update(change)
+    if "budget" in change:  # the budget is checked against the table, when there is one
+        from nni_hwaware.cost_table import profile_space
+        from nni_hwaware.spaces import get_space_config
+
+        profile_space(get_space_config("digits"), progress=False, calibration_archs=0,
+                      max_seconds=0.2).save(tmp_path / "cost_table_digits.csv")
+    (tmp_path / "config.yml").write_text(yaml.safe_dump(template))
+    assert main(["check-config", str(tmp_path / "config.yml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

@@ -365,7 +365,6 @@ def _add_retrain(parser: argparse.ArgumentParser) -> None:
 
 @command("retrain", "retrain an architecture from scratch, test it, measure it on this chip", _add_retrain)
 def _cmd_retrain(args: argparse.Namespace) -> int:
-    import json
 
     from nni_hwaware.files import read_json
     from nni_hwaware.report import evaluate_architecture
@@ -381,16 +380,7 @@ def _cmd_retrain(args: argparse.Namespace) -> int:
             raise HwAwareError(f"{args.arch} names no space; pass --space")
     config = get_space_config(space)
     arch = load_architecture(args.arch, config)
-    try:
-        options = json.loads(args.train)
-    except json.JSONDecodeError as err:
-        raise HwAwareError(f"--train is not valid JSON: {err}") from None
-    if not isinstance(options, dict):
-        raise HwAwareError("--train must be a JSON object of training options")
-    for key, value in (("epochs", args.epochs), ("seed", args.seed), ("data_dir", args.data_dir)):
-        if value is not None:
-            options[key] = value
-    train = TrainConfig.from_dict(options)
+    train = TrainConfig.from_json(args.train, epochs=args.epochs, seed=args.seed, data_dir=args.data_dir)
     model = None
     if args.table:
         from nni_hwaware.cost_table import CostModel, CostTable

@@ -65,15 +65,8 @@ def _run(args: argparse.Namespace) -> int:
     from nni_hwaware.trial.train import TrainConfig, train_architecture
 
     config = get_space_config(args.space)
-    try:
-        options = json.loads(args.train)
-    except json.JSONDecodeError as err:
-        raise HwAwareError(f"--train is not valid JSON: {err}") from None
-    if not isinstance(options, dict):
-        raise HwAwareError("--train must be a JSON object of training options")
-    overrides = {"epochs": args.epochs, "threads": args.threads, "data_dir": args.data_dir, "device": args.device}
-    options.update({k: v for k, v in overrides.items() if v is not None})
-    train = TrainConfig.from_dict(options)
+    train = TrainConfig.from_json(args.train, epochs=args.epochs, threads=args.threads,
+                                  data_dir=args.data_dir, device=args.device)
     params = {} if args.arch else (nni.get_next_parameter() or {})
     table = args.table or params.get("_table")
     if not table:

@@ -9,6 +9,7 @@ validation top-1 is kept (seed 001 step 9) and evaluated on the test split.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -56,6 +57,18 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         return from_mapping(cls, data, "training options")
+
+    @classmethod
+    def from_json(cls, text: str, **overrides: Any) -> TrainConfig:
+        """Options given on a command line as JSON (``--train``), then ``overrides`` that are not None."""
+        try:
+            options = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise HwAwareError(f"--train is not valid JSON: {err}") from None
+        if not isinstance(options, dict):
+            raise HwAwareError("--train must be a JSON object of training options")
+        options.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_dict(options)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

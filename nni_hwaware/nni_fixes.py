@@ -16,14 +16,14 @@ ways. Each fix here has a test in ``tests/test_nni_fixes.py`` that fails without
    seconds". The PPO tuner's module and constructor import no torch
    (:mod:`nni_hwaware.strategies.ppo.tuner`); the work starts in
    ``update_search_space``, after the connection.
-4. The ``penalty=`` of NNI's DARTS / GumbelDARTS carries no gradient to the
+5. The ``penalty=`` of NNI's DARTS / GumbelDARTS carries no gradient to the
    architecture parameters (``export_probs()`` returns Python floats, and
    GumbelDARTS' draws a new Gumbel sample rather than the forward pass's masks).
    Not patched in NNI: :mod:`nni_hwaware.strategies.gumbel` subclasses NNI's
    strategy, its mixed layer keeps the mask of each forward pass
    (:func:`forward_masks` collects them) and the hardware penalty is computed
    from those tensors.
-5. NNI's sequential engine (every one-shot strategy runs on it) swaps the trial's
+6. NNI's sequential engine (every one-shot strategy runs on it) swaps the trial's
    command channel while it trains, so ``nni.report_intermediate_result`` called
    during a one-shot search inside an ``nnictl`` trial never reaches the manager:
    :func:`outer_trial_reporter` sends through the channel current before the search.
@@ -122,7 +122,7 @@ def import_nni_nas() -> ModuleType:
         return importlib.import_module("nni.nas.nn.pytorch")
 
 
-# -- 4. penalty gradient: the masks of the forward pass ------------------------------
+# -- 5. penalty gradient: the masks of the forward pass ------------------------------
 
 
 def forward_masks(module: Any) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def forward_masks(module: Any) -> dict[str, Any]:
     return {m.label: m.mask for m in module.modules() if isinstance(m, GumbelMixedLayer) and m.mask is not None}
 
 
-# -- 5. intermediate results from inside a one-shot search ----------------------------
+# -- 6. intermediate results from inside a one-shot search ----------------------------
 
 
 def outer_trial_reporter() -> Callable[[Any], None]:

@@ -23,6 +23,7 @@ import json
 import logging
 import random
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -83,16 +84,17 @@ def _strategies(budget_ms: float, ppo: dict[str, Any]) -> dict[str, Callable[[in
 
 
 def run(tuner: Any, frame: pd.DataFrame, budget_ms: float, max_trials: int) -> dict[str, Any]:
+    """A tuner through NNI's Tuner interface, each trial a table look-up."""
     config = get_space_config(SPACE)
     labels = [s.label for s in config.layer_specs()]
     tuner.update_search_space({s.label: {"_type": "choice", "_value": list(s.candidates)}
                                for s in config.layer_specs()})
     lookup = frame.set_index(labels)
-    feasible = frame[frame.latency_ms <= budget_ms]
-    best_acc = feasible.val_acc.max()
-    found_at, over, best_so_far, decision_s, curve = None, 0, 0.0, 0.0, []
+    best_acc = frame[frame.latency_ms <= budget_ms].val_acc.max()
+    sequence: list[tuple[bool, float]] = []
+    decision_s = 0.0
     for trial in range(max_trials):
-        if found_at is not None and trial >= 50:
+        if trial >= 50 and any(fits and acc >= best_acc for fits, acc in sequence):
             break  # the best is found and regret at 50 is known
         start = time.perf_counter()
         try:
@@ -103,21 +105,62 @@ def run(tuner: Any, frame: pd.DataFrame, budget_ms: float, max_trials: int) -> d
         # NNI's evolution tuner answers layer_choice values as {"_value": name, "_idx": i}
         blocks = [v.get("_value") if isinstance(v, dict) else v for v in (params[label] for label in labels)]
         row = lookup.loc[tuple(blocks)]
-        fits = row.latency_ms <= budget_ms
-        over += not fits
-        accuracy = float(row.val_acc) if fits else 0.0
-        metric = {"default": accuracy, "latency_ms": float(row.latency_ms),
+        fits = bool(row.latency_ms <= budget_ms)
+        sequence.append((fits, float(row.val_acc)))
+        metric = {"default": float(row.val_acc) if fits else 0.0, "latency_ms": float(row.latency_ms),
                   "arch": json.dumps(dict(zip(labels, blocks, strict=True)))}
         tuner.receive_trial_result(trial, params, metric)
         tuner.trial_end(trial, True)
-        best_so_far = max(best_so_far, accuracy)
-        curve.append(best_so_far)
-        if found_at is None and fits and accuracy >= best_acc:
-            found_at = trial + 1
-    trials = len(curve)
+    return summarise(sequence, frame, budget_ms, max_trials, decision_s)
+
+
+def summarise(sequence: list[tuple[bool, float]], frame: pd.DataFrame, budget_ms: float, max_trials: int,
+              seconds: float) -> dict[str, Any]:
+    """The figures of one run from its trials in order: (fits the budget, validation accuracy)."""
+    best_acc = frame[frame.latency_ms <= budget_ms].val_acc.max()
+    found_at = next((i + 1 for i, (fits, acc) in enumerate(sequence) if fits and acc >= best_acc), None)
+    window = sequence[: max(50, found_at or 0)]
+    best_50 = max([acc if fits else 0.0 for fits, acc in sequence[:50]], default=0.0)
     return {"trials_to_best": found_at if found_at is not None else max_trials + 1,
-            "regret_at_50": float(best_acc - (curve[min(49, trials - 1)] if curve else 0.0)),
-            "over_budget": over, "decision_ms": 1000 * decision_s / max(1, trials)}
+            "regret_at_50": float(best_acc - best_50), "over_budget": sum(not fits for fits, _ in window),
+            "decision_ms": 1000 * seconds / max(1, len(sequence))}
+
+
+def run_policy_based_rl(seed: int, frame: pd.DataFrame, budget_ms: float, max_trials: int) -> dict[str, Any]:
+    """NNI's PolicyBasedRL (extra ``baselines``) through its Strategy interface: NasExperiment on
+    NNI's sequential engine, each trial a table look-up."""
+    import torch
+    from nni.nas.evaluator import FunctionalEvaluator
+    from nni.nas.experiment import NasExperiment, NasExperimentConfig
+    from nni.nas.strategy import PolicyBasedRL
+
+    from nni_hwaware.spaces import BlockChoiceSpace
+
+    config = get_space_config(SPACE)
+    labels = [s.label for s in config.layer_specs()]
+    lookup = frame.set_index(labels)
+    sequence: list[tuple[bool, float]] = []
+
+    def evaluate(model: Any) -> None:
+        row = lookup.loc[tuple(model.arch[label] for label in labels)]
+        fits = bool(row.latency_ms <= budget_ms)
+        sequence.append((fits, float(row.val_acc)))
+        nni.report_final_result(float(row.val_acc) if fits else 0.0)
+
+    torch.manual_seed(seed)  # PolicyBasedRL draws from the global generators
+    np.random.seed(seed)
+    experiment = NasExperiment(BlockChoiceSpace(config.to_dict()), FunctionalEvaluator(evaluate),
+                               PolicyBasedRL(max_collect=max_trials, trial_per_collect=4),
+                               NasExperimentConfig("sequential", "raw"))
+    experiment.config.max_trial_number = max_trials
+    with tempfile.TemporaryDirectory() as tmp:
+        experiment.config.experiment_working_directory = tmp
+        start = time.perf_counter()
+        try:
+            experiment.run()
+        finally:
+            experiment.stop()
+    return summarise(sequence, frame, budget_ms, max_trials, time.perf_counter() - start)
 
 
 def main() -> None:
@@ -131,12 +174,21 @@ def main() -> None:
     frame = pd.read_csv(DATA / f"tabular_{SPACE}.csv")
     budget_ms = float(frame.latency_ms.quantile(args.budget_quantile))
     strategies = _strategies(budget_ms, json.loads(args.ppo))
-    names = args.strategies or list(strategies)
+    names = [n for n in (args.strategies or list(strategies)) if n != "policy_based_rl"]
     max_trials = len(frame)
     out: dict[str, Any] = {"budget_ms": budget_ms, "feasible_share": float((frame.latency_ms <= budget_ms).mean()),
                            "n_archs": len(frame), "seeds": args.seeds}
+    if args.strategies is None or "policy_based_rl" in args.strategies:
+        try:
+            import tianshou  # noqa: F401  (NNI's PolicyBasedRL needs it: pip install 'nni-hwaware[baselines]')
+            names = [*names, "policy_based_rl"]
+        except ImportError:
+            out["policy_based_rl"] = "skipped: pip install 'nni-hwaware[baselines]' (tianshou 0.4.11, gym 0.26.2)"
     for name in names:
-        runs = [run(strategies[name](seed), frame, budget_ms, max_trials) for seed in range(args.seeds)]
+        if name == "policy_based_rl":
+            runs = [run_policy_based_rl(seed, frame, budget_ms, max_trials) for seed in range(args.seeds)]
+        else:
+            runs = [run(strategies[name](seed), frame, budget_ms, max_trials) for seed in range(args.seeds)]
         summary = {
             "median_trials_to_best": statistics.median(r["trials_to_best"] for r in runs),
             "mean_regret_at_50": statistics.mean(r["regret_at_50"] for r in runs),

@@ -8,7 +8,7 @@ once, at the boundary; a misspelt key is an error that lists the allowed ones
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from nni_hwaware.errors import HwAwareError
@@ -18,14 +18,32 @@ __all__ = ["from_mapping"]
 T = TypeVar("T")
 
 
-def from_mapping(cls: type[T], data: Mapping[str, Any] | None, what: str) -> T:
-    """``cls(**data)`` after checking that every key of ``data`` is a field of ``cls``."""
-    values = dict(data or {})
+def from_mapping(cls: type[T], data: Mapping[str, Any] | T | None, what: str, *,
+                 nested: Callable[[str], Callable[[Any], Any] | None] | None = None) -> T:
+    """``cls(**data)`` after checking that every key of ``data`` is a field of ``cls``.
+
+    ``data`` may already be a ``cls``; lists become tuples (frozen dataclasses).
+    ``nested(field)`` may return a builder for a field holding a nested mapping.
+    """
+    if data is None:
+        data = {}
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise HwAwareError(f"{what} must be a mapping, got {type(data).__name__}")
     allowed = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    stray = sorted(set(values) - set(allowed))
+    stray = sorted(set(data) - set(allowed))
     if stray:
         raise HwAwareError(f"unknown {what} {stray}; allowed: {sorted(allowed)}")
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        build = nested(name) if nested is not None else None
+        if build is not None:
+            value = build(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[name] = value
     try:
         return cls(**values)
     except TypeError as err:
-        raise HwAwareError(f"{what}: {err}") from None
+        raise HwAwareError(f"{what} are malformed: {err}") from None

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nni_hwaware import options
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.trial.train import TrainConfig
 
@@ -43,34 +44,17 @@ def _finite(name: str, value: float, *, positive: bool = False, nonnegative: boo
 
 
 def from_mapping(cls: type[T], data: Mapping[str, Any] | None, where: str) -> T:
-    """Build dataclass ``cls`` from ``data``; nested dataclass fields are built recursively.
-
-    Unknown keys raise, naming ``where`` (the YAML section) and the allowed keys.
-    """
-    if data is None:
-        data = {}
-    if isinstance(data, cls):
-        return data
-    if not isinstance(data, Mapping):
-        raise HwAwareError(f"{where} must be a mapping of options, got {type(data).__name__}")
+    """Build dataclass ``cls`` from the YAML section ``where``; nested sections recursively."""
     if cls is TrainConfig:
-        return TrainConfig.from_dict(dict(data))  # type: ignore[return-value]
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    stray = sorted(set(data) - set(fields))
-    if stray:
-        raise HwAwareError(f"unknown {where} options {stray}; allowed: {sorted(fields)}")
-    values: dict[str, Any] = {}
-    for name, value in data.items():
-        nested = _NESTED.get((cls.__name__, name))
-        if nested is not None:
-            value = from_mapping(nested, value, name if cls is GumbelSearchConfig else f"{where}.{name}")
-        elif isinstance(value, list):
-            value = tuple(value)
-        values[name] = value
-    try:
-        return cls(**values)
-    except TypeError as err:
-        raise HwAwareError(f"{where} options are malformed: {err}") from None
+        return TrainConfig.from_dict(dict(data or {}))  # type: ignore[return-value]
+
+    def nested(name: str) -> Any:
+        inner = _NESTED.get((cls.__name__, name))
+        if inner is None:
+            return None
+        return lambda value: from_mapping(inner, value, name if cls is GumbelSearchConfig else f"{where}.{name}")
+
+    return options.from_mapping(cls, data, f"{where} options", nested=nested)
 
 
 @dataclass(frozen=True)

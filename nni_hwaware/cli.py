@@ -454,3 +454,92 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print(f"{args.config}: OK")
     return 0
+
+
+# -- experiments ---------------------------------------------------------------------
+
+
+def _add_portal_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=8080, help="port of NNI's manager and web portal (default: 8080)")
+    parser.add_argument("--expose", action="store_true",
+                        help="listen on every network interface (needed for remote or cluster training "
+                             "services); the portal has no authentication, so only on a trusted network")
+
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    _add_portal_options(parser)
+    parser.add_argument("--debug", action="store_true", help="NNI's debug logging")
+    parser.add_argument("--foreground", action="store_true", help="keep the manager in the foreground")
+
+
+def _add_create(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="nnictl experiment config, e.g. config.yml")
+    _add_run_options(parser)
+
+
+def _add_view(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="experiment id")
+    parser.add_argument("--experiment-dir", help="its experimentWorkingDirectory (default: NNI's registry)")
+    _add_portal_options(parser)
+
+
+def _add_resume(parser: argparse.ArgumentParser) -> None:
+    _add_view(parser)
+    parser.add_argument("--debug", action="store_true", help="NNI's debug logging")
+    parser.add_argument("--foreground", action="store_true", help="keep the manager in the foreground")
+
+
+def _remote_platforms(config_file: str) -> list[str]:
+    """Training services of a config whose trials run on other machines."""
+    from nni_hwaware.experiment.check import _load
+
+    services = _load(Path(config_file).resolve()).get("trainingService") or {}
+    services = services if isinstance(services, list) else [services]
+    return [str(s.get("platform")) for s in services if isinstance(s, dict) and s.get("platform") != "local"]
+
+
+def _launch(action: str, target: list[str], args: argparse.Namespace) -> int:
+    """Run ``nnictl <action>`` with the manager bound to 127.0.0.1 unless ``--expose``."""
+    import subprocess
+
+    from nni_hwaware.experiment.nnictl import nnictl_path
+    from nni_hwaware.experiment.portal import listening_addresses, portal_env, warn_exposed
+
+    if args.expose:
+        warn_exposed(args.port)
+    cmd = [nnictl_path(), action, *target, "--port", str(args.port)]
+    foreground = getattr(args, "foreground", False)
+    cmd += ["--debug"] * getattr(args, "debug", False) + ["--foreground"] * foreground
+    if getattr(args, "experiment_dir", None):
+        cmd += ["--experiment_dir", args.experiment_dir]
+    code = subprocess.call(cmd, env=portal_env(expose=args.expose))
+    if code == 0 and not foreground:
+        where = listening_addresses(args.port)
+        if not args.expose and any(ip not in ("127.0.0.1", "::1") for ip in where):
+            raise HwAwareError(f"the manager listens on {', '.join(where)}, not only 127.0.0.1; "
+                               "stop it with nnictl stop <experiment id>")
+        scope = "every interface" if args.expose else "this machine only; --expose to reach it from others"
+        print(f"web portal: http://127.0.0.1:{args.port} ({scope})")
+    return code
+
+
+@command("create", "nnictl create, with the web portal on 127.0.0.1 unless --expose", _add_create)
+def _cmd_create(args: argparse.Namespace) -> int:
+    if not Path(args.config).is_file():
+        raise HwAwareError(f"config file {args.config} does not exist")
+    remote = _remote_platforms(args.config)
+    if remote and not args.expose:
+        raise HwAwareError(f"training service {', '.join(remote)} runs trials on other machines, which must "
+                           "reach the manager: add --expose (the portal then listens on every interface)")
+    return _launch("create", ["--config", args.config], args)
+
+
+@command("resume", "nnictl resume an interrupted experiment, portal on 127.0.0.1 unless --expose", _add_resume)
+def _cmd_resume(args: argparse.Namespace) -> int:
+    return _launch("resume", [args.id], args)
+
+
+@command("view", "nnictl view a stopped experiment, portal on 127.0.0.1 unless --expose", _add_view)
+def _cmd_view(args: argparse.Namespace) -> int:
+    return _launch("view", [args.id], args)

@@ -239,3 +239,63 @@ def test_resolve_budget_rejects_garbage(model: CostModel) -> None:
         resolve_budget({"latency_ms": "fast%"}, baseline)
     with pytest.raises(HwAwareError, match="unknown budget key"):
         resolve_budget({"energy": 1}, baseline)
+
+
+def test_tuner_resume_keeps_in_flight_architectures_and_the_retraining_flag(tmp_path) -> None:
+    state = tmp_path / "ppo_state.pt"
+    tuner = _tuner(tmp_path, ppo={"seed": 3}, state_file=str(state), search_trials=4, retrain={"epochs": 1})
+    sent = [tuner.generate_parameters(i) for i in range(3)]
+    arch = lambda p: {k: v for k, v in p.items() if not k.startswith("_")}  # noqa: E731
+    tuner.receive_trial_result(0, sent[0], {"default": 0.5, "arch": json.dumps(arch(sent[0]))})
+    # killed here: sent[1] and sent[2] were running; NNI reruns them after the resume
+    resumed = _tuner(tmp_path, ppo={"seed": 3}, state_file=str(state), search_trials=4, retrain={"epochs": 1})
+    search = resumed.search
+    assert list(search.history.rewards.values()) == [0.5]
+    assert {search.actions_of(arch(p)) for p in sent[1:]} == set(search.pending)
+    fourth = resumed.generate_parameters(0)  # parameter ids restart at 0 after a resume
+    assert arch(fourth) not in [arch(p) for p in sent]
+    final = resumed.generate_parameters(1)
+    assert final["_retrain"] and final["_expected"] == 2  # the reruns are not waited for
+    # the rerun of sent[1] comes back through import_data (NNI's path for resumed trials)
+    resumed.import_data([{"parameter": sent[1], "value": {"default": 0.7, "arch": json.dumps(arch(sent[1]))}}])
+    assert search.history.rewards[search.actions_of(arch(sent[1]))] == 0.7
+    again = _tuner(tmp_path, ppo={"seed": 3}, state_file=str(state), search_trials=4, retrain={"epochs": 1})
+    assert again._retrain_sent and len(again._results) == 2
+
+
+def test_tuner_records_failed_trials_for_the_report(tmp_path, monkeypatch) -> None:
+    root = tmp_path / "experiments"
+    monkeypatch.setenv("NNI_LOG_DIRECTORY", str(root / "EXP1" / "log"))
+    tuner = _tuner(tmp_path, ppo={"seed": 0}, search_trials=3, retrain={"epochs": 1})
+    assert tuner.state_file == str(root / "EXP1" / "hwaware" / "ppo_state.pt")
+    params = [tuner.generate_parameters(i) for i in range(3)]
+    tuner.trial_end(0, False)  # crashed or killed: no result
+    tuner.receive_trial_result(1, params[1], {"default": float("nan")})
+    tuner.trial_end(1, False)
+    tuner.receive_trial_result(2, params[2], {"default": 0.9})
+    trials = json.loads((root / "EXP1" / "hwaware" / "trials.json").read_text())
+    assert [t.get("status") for t in trials] == ["failed", "failed", None]
+    assert [t["reward"] for t in trials[:2]] == [0.0, 0.0]
+    stats = json.loads((root / "EXP1" / "hwaware" / "tuner_stats.json").read_text())
+    assert stats["results"] == 3 and stats["failed"] == 2 and stats["decisions"] == 3
+    final = tuner.generate_parameters(3)
+    assert final["_retrain"] and final["_expected"] == 3  # the retraining trial waits for no one
+
+
+@pytest.mark.parametrize("state_file", ["../elsewhere/state.pt", "/tmp/state.pt"])
+def test_tuner_writes_only_inside_the_experiment_directory(tmp_path, monkeypatch, state_file: str) -> None:
+    monkeypatch.setenv("NNI_LOG_DIRECTORY", str(tmp_path / "experiments" / "EXP1" / "log"))
+    with pytest.raises(HwAwareError, match="outside the experiment working directory"):
+        PPOTuner("digits_tiny", "table.csv", state_file=state_file)
+    with pytest.raises(HwAwareError, match="cost table .* is outside the experiment working directory"):
+        PPOTuner("digits_tiny", "../../table.csv")  # missing: the tuner would profile and write it
+
+
+def test_tuner_import_data_skips_foreign_and_retraining_records(tmp_path) -> None:
+    tuner = _tuner(tmp_path)
+    tuner.import_data([{"parameter": {"_retrain": True}, "value": {"default": 0.9}},
+                       {"parameter": {"layer1_0": "conv9", "layer2_0": "skip"}, "value": 0.3},
+                       {"value": 0.3},
+                       {"parameter": {"layer1_0": "skip", "layer2_0": "skip"}, "value": {"default": 0.4}}])
+    assert list(tuner.search.history.rewards.values()) == [0.4]
+    assert tuner._retrain_sent

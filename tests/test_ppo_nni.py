@@ -63,7 +63,7 @@ def test_tuner_under_nnictl_with_concurrency_2(table: Path, tmp_path: Path) -> N
     config = get_space_config("digits_tiny")
     search_space = {s.label: {"_type": "choice", "_value": list(s.candidates)} for s in config.layer_specs()}
     (tmp_path / "search_space.json").write_text(json.dumps(search_space))
-    state = tmp_path / "ppo_state.pt"
+    state = tmp_path / "experiments" / "ppo_state.pt"  # the tuner writes only inside the working directory
     template = {
         "searchSpaceFile": str(tmp_path / "search_space.json"),
         "trialCommand": f"{shlex.quote(sys.executable)} -m nni_hwaware.trial --space digits_tiny "
@@ -74,7 +74,7 @@ def test_tuner_under_nnictl_with_concurrency_2(table: Path, tmp_path: Path) -> N
         "tuner": {"codeDirectory": str(tmp_path), "className": "nni_hwaware.strategies.ppo.tuner.PPOTuner",
                   "classArgs": {"space": "digits_tiny", "table": str(table),
                                 "budget": {"latency_ms": "100%"}, "ppo": {"seed": 0, "update_every": 2},
-                                "state_file": str(state)}},
+                                "state_file": "ppo_state.pt"}},
         "trainingService": {"platform": "local"},
     }
     path = write_config(template, tmp_path / "config.yml", tmp_path / "experiments")

@@ -20,8 +20,8 @@ Where NNI 3.0 writes (found by running it on Linux):
   virtualenv or conda, else ``~/.config/nni``; in the latter case ``NNI_CONFIG_DIR``
   is set to the real one so that registered tuners are still found.
 * The manager listens on all interfaces, without authentication. With
-  ``local_only=True`` (default) a Node preload given through ``NODE_OPTIONS`` makes it
-  listen on 127.0.0.1 only (trials inherit the variable; it only affects Node).
+  ``local_only=True`` (default) it listens on 127.0.0.1 only (see
+  :mod:`nni_hwaware.experiment.portal`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from typing import Any
 import yaml
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.experiment.portal import portal_env
 
 __all__ = [
     "TERMINAL_STATUSES", "RunningExperiment", "create_experiment", "free_port",
@@ -57,19 +59,6 @@ _IDLE_GRACE_S = 12.0
 _ACTIVE_TRIAL = frozenset({"WAITING", "RUNNING", "UNKNOWN"})
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # ignore $http_proxy
-_BIND_LOCAL_JS = """\
-// Written by nni_hwaware: servers given only a port listen on 127.0.0.1.
-const net = require('net');
-const listen = net.Server.prototype.listen;
-net.Server.prototype.listen = function (...args) {
-  const a = args[0];
-  const portOnly = typeof a === 'number' || (typeof a === 'string' && /^\\d+$/.test(a));
-  if (portOnly && (args.length === 1 || typeof args[1] === 'function')) {
-    args.splice(1, 0, '127.0.0.1');
-  }
-  return listen.apply(this, args);
-};
-"""
 
 
 def free_port() -> int:
@@ -258,6 +247,44 @@ class RunningExperiment:
                 raise TimeoutError(f"port {self.port} still open after nnictl stop:\n{output}")
             time.sleep(0.2)
 
+    def manager_pid(self) -> int:
+        """The pid of the NNI manager (the Node process listening on :attr:`port`)."""
+        import psutil
+
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == self.port and conn.pid:
+                return int(conn.pid)
+        raise RuntimeError(f"no process listens on port {self.port}; {self.describe()}")
+
+    def kill(self, timeout: float = 30.0) -> None:
+        """Kill the manager, the tuner and the running trials at once (SIGKILL), as a crash would.
+
+        ``nnictl`` starts the manager in a process group of its own, which the dispatcher
+        and local trials share. NNI's database keeps the experiment, so it can be resumed
+        (:meth:`resume`).
+        """
+        pgid = os.getpgid(self.manager_pid())
+        if pgid == os.getpgid(0):
+            raise RuntimeError("the NNI manager runs in this process's group; refusing to kill it")
+        os.killpg(pgid, signal.SIGKILL)
+        self._stopped = True
+        deadline = time.monotonic() + timeout
+        while port_open(self.port):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"port {self.port} still open after killing the manager")
+            time.sleep(0.2)
+
+    def resume(self, *, port: int | None = None, timeout: float = 120, local_only: bool = True) -> RunningExperiment:
+        """``nnictl resume <id>`` a stopped or killed experiment; returns the new handle."""
+        port = free_port() if port is None else port
+        env = portal_env(self.env, expose=not local_only)
+        cmd = [nnictl_path(), "resume", self.id, "--port", str(port), "--experiment_dir", str(self.workdir)]
+        ok, output = _run(cmd, env, timeout)
+        if not ok or not port_open(port):
+            tail = "\n".join(output.strip().splitlines()[-30:])
+            raise RuntimeError(f"{' '.join(cmd)} failed; its output ends with:\n{tail}")
+        return RunningExperiment(self.id, port, self.workdir, env)
+
     def __enter__(self) -> RunningExperiment:
         return self
 
@@ -301,11 +328,7 @@ def create_experiment(
     in_env = sys.prefix != sys.base_prefix or Path(sys.prefix, "conda-meta").is_dir()
     if not in_env and "NNI_CONFIG_DIR" not in full_env:
         full_env["NNI_CONFIG_DIR"] = str(Path.home() / ".config" / "nni")
-    if local_only:
-        preload = base / "nni_hwaware_bind_local.js"
-        preload.write_text(_BIND_LOCAL_JS, encoding="utf-8")
-        require = f"--require {json.dumps(str(preload))}"
-        full_env["NODE_OPTIONS"] = f"{full_env.get('NODE_OPTIONS', '')} {require}".strip()
+    full_env = portal_env(full_env, expose=not local_only)
     cmd = [nnictl_path(), "create", "--config", str(config_path), "--port", str(port)]
     ok, output = _run(cmd, full_env, timeout)
     found = re.search(r"Experiment ID:\s*(\w+)", output) or re.search(r"nnictl stop (\w+)", output)

@@ -21,7 +21,7 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["main", "trial_metrics"]
+__all__ = ["OUT_OF_MEMORY", "main", "trial_metrics"]
 
 
 def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float],
@@ -47,13 +47,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status of a trial that ran out of memory (2: any other clear error).
+OUT_OF_MEMORY = 3
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    import torch
+
+    if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("out of memory" in text or "not enough memory" in text)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the trial; a clear error is one line on stderr and a non-zero exit, so NNI marks it failed."""
     args = _parser().parse_args(argv)
     try:
         return _run(args)
     except HwAwareError as err:
         print(f"nni_hwaware.trial: error: {err}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as err:
+        if not _out_of_memory(err):
+            raise
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"nni_hwaware.trial: error: out of memory ({first[:200]}); lower the batch size "
+              "(--train '{\"batch_size\": 32}') or train on a device with more memory", file=sys.stderr)
+        return OUT_OF_MEMORY
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -112,6 +133,32 @@ def _wait_for_results(path: str, expected: int, timeout: float = 900.0) -> list[
     return trials
 
 
+def _experiment_dir() -> Any:
+    """``<experimentWorkingDirectory>/<id>`` of this trial, from NNI's environment (None outside NNI)."""
+    import os
+    from pathlib import Path
+
+    output, experiment = os.environ.get("NNI_OUTPUT_DIR"), os.environ.get("NNI_EXP_ID")
+    if not output or not experiment:
+        return None
+    for parent in Path(output).resolve().parents:
+        if parent.name == experiment:
+            return parent
+    return None
+
+
+def _inside_experiment(path: str, what: str) -> Any:
+    """``path`` from the trial's parameters, if inside the experiment's directory (else a clear error)."""
+    from pathlib import Path
+
+    root = _experiment_dir()
+    resolved = Path(path).resolve()
+    if root is None or not resolved.is_relative_to(root):
+        raise HwAwareError(f"parameter {what} {path} is not inside this experiment's directory "
+                           f"({root or 'unknown: not run by NNI'}); the retraining trial writes only there")
+    return resolved
+
+
 def _retrain(config: Any, model: Any, params: Mapping[str, Any]) -> int:
     """The last trial of a search: retrain the best architecture and the baseline, write the report."""
     import nni
@@ -120,7 +167,9 @@ def _retrain(config: Any, model: Any, params: Mapping[str, Any]) -> int:
     from nni_hwaware.report.search import best_trial, write_search_report
     from nni_hwaware.trial.train import TrainConfig
 
-    trials = _wait_for_results(params["_history_file"], int(params["_expected"]))
+    history_file = _inside_experiment(params["_history_file"], "_history_file")
+    out_dir = _inside_experiment(f"{params['_output_dir']}/report", "_output_dir")
+    trials = _wait_for_results(str(history_file), int(params["_expected"]))
     best = best_trial(trials)
     train = TrainConfig.from_dict(params.get("_train") or {})
     results = {}
@@ -128,7 +177,6 @@ def _retrain(config: Any, model: Any, params: Mapping[str, Any]) -> int:
         results[name] = evaluate_architecture(config, arch, train, cost_model=model, name=name,
                                               threads=model.threads)
         nni.report_intermediate_result({"default": results[name].test_top1, "retrained": name})
-    out_dir = f"{params['_output_dir']}/report"
     paths = write_search_report(out_dir, results["baseline"], results["found"], trials,
                                 baseline_predicted_ms=model.predict(config.baseline()).latency_ms)
     found, base = results["found"], results["baseline"]

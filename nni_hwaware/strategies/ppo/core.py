@@ -302,10 +302,12 @@ class PPOSearch:
             "pending": [list(k) for k in self.pending],
             "finished": [[e.actions, e.reward] for e in self.finished],
             "updates": self.updates,
+            "decisions": self.decisions,
+            "decision_seconds": self.decision_seconds,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`; architectures that were in flight are forgotten."""
+        """Restore :meth:`state_dict`; architectures that were in flight stay pending (not proposed again)."""
         if state["config"] != asdict(self.config):
             raise HwAwareError("the saved PPO state was made with other options; resume with the same config")
         self.policy.load_state_dict(state["policy"])
@@ -315,10 +317,13 @@ class PPOSearch:
         for key, reward in state["history"]:
             self.history.order.append(tuple(key))
             self.history.rewards[tuple(key)] = float(reward)
-        self.pending = {}
+        self.pending = {tuple(k): self._replay(tuple(k)) for k in state.get("pending", [])
+                        if tuple(k) not in self.history.rewards}
         self.finished = []
         for actions, reward in state["finished"]:
             episode = self._replay(tuple(actions))
             episode.reward = reward
             self.finished.append(episode)
         self.updates = int(state["updates"])
+        self.decisions = int(state.get("decisions", 0))
+        self.decision_seconds = float(state.get("decision_seconds", 0.0))

@@ -27,8 +27,8 @@ class PPOStrategy(HPOTunerStrategy):
         return f"space={tuner.space!r}, budget={tuner.budget_spec!r}, ppo={tuner.ppo_config!r}"
 
     def state_dict(self) -> dict[str, Any]:
-        search = self.tuner.search
-        return {**super().state_dict(), "ppo": None if search is None else search.state_dict()}
+        tuner = self.tuner
+        return {**super().state_dict(), "ppo": None if tuner.search is None else tuner.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)

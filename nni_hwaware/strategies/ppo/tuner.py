@@ -61,6 +61,15 @@ def _resolve(path: str) -> Path:
     return (_experiment_root() or Path.cwd()) / candidate
 
 
+def _writable(path: Path, what: str) -> Path:
+    """``path``, if the tuner may write it: under NNI, inside the experiment working directory."""
+    root = _experiment_root()
+    if root is not None and not path.resolve().is_relative_to(root):
+        raise HwAwareError(f"{what} {path} is outside the experiment working directory {root}; the tuner "
+                           "writes only inside it: use a relative path (or create the file beforehand)")
+    return path
+
+
 def _output_dir() -> Path:
     """``<experiment dir>/hwaware`` under NNI, ``./hwaware-outputs`` otherwise."""
     log_dir = os.environ.get("NNI_LOG_DIRECTORY")
@@ -102,7 +111,8 @@ class PPOTuner(Tuner):
     ``budget`` (e.g. ``{latency_ms: "60%"}``), ``prune`` (options of
     :func:`~nni_hwaware.pruning.prune_space`, or None), ``ppo`` (options of
     :class:`~nni_hwaware.strategies.ppo.core.PPOConfig`), ``state_file`` (where
-    the search state is saved after every result, for resuming), ``search_trials``
+    the search state is saved after every result, for resuming; default under NNI
+    ``<experiment dir>/hwaware/ppo_state.pt``), ``search_trials``
     and ``retrain`` (after that many search results, one last trial retrains the
     best architecture and the baseline with the ``retrain`` training options and
     writes the report; see :mod:`nni_hwaware.trial.run`), ``device`` (where a
@@ -110,7 +120,17 @@ class PPOTuner(Tuner):
 
     Relative paths are resolved against the experiment's working directory (the
     folder that holds ``<experiment id>/``) when run by NNI, else the current one;
-    the search's own files go to ``<experiment dir>/hwaware/``.
+    the search's own files go to ``<experiment dir>/hwaware/``. Under NNI the tuner
+    writes only inside the experiment working directory.
+
+    Resuming (``nnictl resume``): the new tuner loads ``state_file`` (policy, history,
+    architectures in flight, whether the retraining trial was sent), then learns the
+    results NNI hands back (:meth:`import_data`) that the state lacks. Without a state
+    file it rebuilds its history from those results alone. An architecture with a
+    result is never proposed again; NNI itself reruns the trials that were running.
+    Failed trials (crashed, killed, out of memory, NaN) get the failure reward and are
+    listed in ``trials.json`` with ``status: failed``; ``tuner_stats.json`` there
+    counts decisions, results and failures.
     """
 
     def __init__(self, space: str, table: str | None = None, *, chip: str | None = None,
@@ -122,10 +142,15 @@ class PPOTuner(Tuner):
         self._config: SpaceConfig | None = None
         self.output_dir = _output_dir()
         self.table_path = str(_resolve(table)) if table else str(self.output_dir / "cost_table.csv")
+        if not Path(self.table_path).exists():  # profiled at start and written there
+            _writable(Path(self.table_path), "cost table")
         self.chip, self.backend, self.batch_size, self.device = chip, backend, batch_size, device
         self.budget_spec, self.prune_options = budget, prune
         self.ppo_config = PPOConfig.from_dict(ppo)
-        self.state_file = str(_resolve(state_file)) if state_file else None
+        if state_file:
+            self.state_file: str | None = str(_writable(_resolve(state_file), "state_file"))
+        else:
+            self.state_file = str(self.output_dir / "ppo_state.pt") if _experiment_root() else None
         if search_trials is not None and search_trials < 1:
             raise HwAwareError(f"search_trials must be >= 1, got {search_trials}")
         if retrain is not None and search_trials is None:
@@ -139,6 +164,8 @@ class PPOTuner(Tuner):
         self.initial_state: dict[str, Any] | None = None
         self._params: dict[int, dict[str, str]] = {}
         self._reported: set[int] = set()
+        #: Architectures in flight when the state was saved: NNI reruns them on resume.
+        self._resumed: set[tuple[int, ...]] = set()
 
     # -- setup ---------------------------------------------------------------------
     @property
@@ -155,6 +182,7 @@ class PPOTuner(Tuner):
 
         if self.table_path and Path(self.table_path).exists():
             return CostTable.load(self.table_path)
+        _writable(Path(self.table_path), "cost table")
         _logger.info("profiling space %s on this machine's chip", self.config.name)
         table = profile_space(self.config, chip=self.chip, backend=self.backend, device=self.device,
                               batch_size=self.batch_size, progress=False)
@@ -208,11 +236,30 @@ class PPOTuner(Tuner):
             table, self.config, chip=model.chip, backend=self.backend, batch_size=self.batch_size))
         self.search = PPOSearch(model, budget, self.ppo_config)
         if self.initial_state is None and self.state_file and Path(self.state_file).exists():
-            self.initial_state = torch.load(self.state_file, weights_only=True)
+            try:  # tensors and plain containers only: never unpickles objects
+                self.initial_state = torch.load(self.state_file, weights_only=True)
+            except Exception as err:
+                raise HwAwareError(f"cannot read the PPO state {self.state_file}: {err}; "
+                                   "delete it to start the search afresh") from None
         if self.initial_state is not None:
-            self.search.load_state_dict(self.initial_state)
-            _logger.info("resumed the PPO search with %d results", len(self.search.history.order))
+            self._load_state(self.initial_state)
         _logger.info("PPO search on chip %s under %s", model.chip, budget.limits())
+
+    def _load_state(self, state: Mapping[str, Any]) -> None:
+        search = self._ready()
+        search.load_state_dict(state)
+        extra = state.get("tuner") or {}
+        self._results = [dict(r) for r in extra.get("results", [])]
+        self._retrain_sent = bool(extra.get("retrain_sent", False))
+        self._resumed = set(search.pending)
+        _logger.info("resumed the PPO search: %d results, %d architectures in flight",
+                     len(search.history.order), len(search.pending))
+
+    def state_dict(self) -> dict[str, Any]:
+        """What :attr:`state_file` holds: the search's state, plus under ``tuner`` the trial records
+        and whether the retraining trial was sent."""
+        return {**self._ready().state_dict(),
+                "tuner": {"results": self._results, "retrain_sent": self._retrain_sent}}
 
     # -- trials ----------------------------------------------------------------------
     def _ready(self) -> PPOSearch:
@@ -245,7 +292,8 @@ class PPOTuner(Tuner):
         return {"_retrain": True, "_table": self.table_path, "_chip": self._ready().model.chip,
                 "_train": self.retrain, "_output_dir": str(self.output_dir),
                 "_history_file": str(self.output_dir / "trials.json"),
-                "_expected": len(search.history.order) + len(search.pending)}
+                # not the reruns of a resume: NNI never tells the tuner when those fail
+                "_expected": len(search.history.order) + len(set(search.pending) - self._resumed)}
 
     def receive_trial_result(self, parameter_id: int, parameters: Mapping[str, Any], value: Any,
                              **kwargs: Any) -> None:
@@ -258,34 +306,61 @@ class PPOTuner(Tuner):
         if not isinstance(default, (int, float)) or not math.isfinite(float(default)):
             _logger.warning("trial %s reported %r without a finite 'default'; counted as failed",
                             parameter_id, value)
-            search.tell(arch, None)
+            self._record_failure(arch, "no finite result")
         else:
             search.tell(arch, metrics)
+            self._results.append({"arch": arch, **{k: v for k, v in metrics.items() if k != "arch"}})
         self._reported.add(parameter_id)
-        self._results.append({"arch": arch, **{k: v for k, v in metrics.items() if k != "arch"}})
         self._save()
+
+    def _record_failure(self, arch: dict[str, str], why: str) -> None:
+        reward = self._ready().tell(arch, None)
+        self._results.append({"arch": arch, "default": None, "status": "failed", "reason": why,
+                              "reward": reward})
 
     def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
         arch = self._params.pop(parameter_id, None)
         if arch is not None and parameter_id not in self._reported:
             _logger.warning("trial %s ended without a result (success=%s); counted as failed", parameter_id, success)
-            self._ready().tell(arch, None)
+            self._record_failure(arch, "trial ended without a result")
             self._save()
         self._reported.discard(parameter_id)
 
     def import_data(self, data: list[dict[str, Any]]) -> None:
-        """Results of earlier trials (resume, ``nnictl experiment import``): learn from them."""
+        """Results of earlier trials (resume, ``nnictl experiment import``): learn from them.
+
+        Results the search already has are skipped; the retraining trial's result
+        only marks it as sent. A record that does not fit this space is skipped with
+        a warning.
+        """
         search = self._ready()
+        learned = 0
         for record in data:
+            parameters = record.get("parameter") if isinstance(record, Mapping) else None
+            if not isinstance(parameters, Mapping):
+                _logger.warning("skipping an imported record without parameters: %r", record)
+                continue
+            if parameters.get("_retrain"):
+                self._retrain_sent = True
+                continue
+            value = record.get("value")
             try:
-                arch = self._arch_of(None, record["parameter"], record.get("value"))
+                arch = self._arch_of(None, parameters, value)
+                key = search.actions_of(arch)
             except HwAwareError as err:
                 _logger.warning("skipping an imported result: %s", err)
                 continue
-            if search.actions_of(arch) in search.history.rewards:
+            if key in search.history.rewards:
                 continue
-            value = record.get("value")
-            search.tell(arch, dict(value) if isinstance(value, Mapping) else {"default": value})
+            metrics = dict(value) if isinstance(value, Mapping) else {"default": value}
+            default = metrics.get("default")
+            if not isinstance(default, (int, float)) or not math.isfinite(float(default)):
+                self._record_failure(arch, "imported without a finite result")
+            else:
+                search.tell(arch, metrics)
+                self._results.append({"arch": arch, **{k: v for k, v in metrics.items() if k != "arch"}})
+            learned += 1
+        _logger.info("imported %d results (%d already known)", learned, len(data) - learned)
         self._save()
 
     def _arch_of(self, parameter_id: int | None, parameters: Mapping[str, Any], value: Any) -> dict[str, str]:
@@ -307,9 +382,18 @@ class PPOTuner(Tuner):
             import torch
 
             with atomic_open(self.state_file, "wb") as fh:
-                torch.save(self.search.state_dict(), fh)
-        if self.retrain is not None:
+                torch.save(self.state_dict(), fh)
+        if self.search is not None and (self.retrain is not None or _experiment_root() is not None):
             write_json(self.output_dir / "trials.json", self._results)
+            write_json(self.output_dir / "tuner_stats.json", self.stats())
+
+    def stats(self) -> dict[str, Any]:
+        """Decisions, results and failures so far (``tuner_stats.json``)."""
+        search = self._ready()
+        return {"decisions": search.decisions, "decision_seconds": search.decision_seconds,
+                "results": len(search.history.order),
+                "failed": sum(1 for r in self._results if r.get("status") == "failed"),
+                "in_flight": len(search.pending), "pid": os.getpid()}
 
 
 class PPOClassArgsValidator(ClassArgsValidator):

@@ -57,7 +57,8 @@ def _out_of_memory(err: BaseException) -> bool:
     if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
         return True
     text = str(err)
-    return isinstance(err, RuntimeError) and ("out of memory" in text or "not enough memory" in text)
+    return isinstance(err, RuntimeError) and any(
+        words in text for words in ("out of memory", "not enough memory", "can't allocate memory"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,6 +166,8 @@ class PPOTuner(Tuner):
         self._reported: set[int] = set()
         #: Architectures in flight when the state was saved: NNI reruns them on resume.
         self._resumed: set[tuple[int, ...]] = set()
+        #: Results whose echoed architecture differs from the one sent with their parameter id.
+        self._mismatches = 0
 
     # -- setup ---------------------------------------------------------------------
     @property
@@ -372,7 +374,12 @@ class PPOTuner(Tuner):
                 raise HwAwareError(f"trial {parameter_id} echoed a malformed arch {echoed!r}") from None
             if not isinstance(parameters, dict):
                 raise HwAwareError(f"trial {parameter_id} echoed {echoed!r}, not a layer -> block mapping")
-            return {k: str(v) for k, v in parameters.items() if not k.startswith("_")}
+            arch = {k: str(v) for k, v in parameters.items() if not k.startswith("_")}
+            sent = self._params.get(parameter_id) if parameter_id is not None else None
+            if sent is not None and sent != arch:
+                self._mismatches += 1
+                _logger.warning("trial %s trained %s but was sent %s", parameter_id, arch, sent)
+            return arch
         if parameter_id is not None and parameter_id in self._params:
             return self._params[parameter_id]
         return {k: str(v) for k, v in parameters.items() if not k.startswith("_")}
@@ -393,7 +400,7 @@ class PPOTuner(Tuner):
         return {"decisions": search.decisions, "decision_seconds": search.decision_seconds,
                 "results": len(search.history.order),
                 "failed": sum(1 for r in self._results if r.get("status") == "failed"),
-                "in_flight": len(search.pending), "pid": os.getpid()}
+                "in_flight": len(search.pending), "arch_mismatches": self._mismatches, "pid": os.getpid()}
 
 
 class PPOClassArgsValidator(ClassArgsValidator):

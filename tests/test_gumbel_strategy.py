@@ -172,8 +172,8 @@ def test_a_nan_loss_stops_the_search_naming_the_epoch_and_the_last_finite_values
     with pytest.raises(HwAwareError) as info:
         _search(tmp_path, **{"penalty.alpha": 1.0, "callbacks": [_Poison(1)]})
     message = str(info.value)
-    assert "not finite in epoch 1 (stage all, batch 0)" in message
-    assert "last finite values: loss=" in message and "nan" not in message.split("last finite values")[1]
+    assert "diverged at stage all epoch 1 (step 0, architecture update): the CE became nan" in message
+    assert "last finite losses (epoch 0, step " in message and "nan" not in message.split("last finite")[1]
 
 
 def test_hard_mode_runs_only_the_sampled_block_soft_mode_runs_all() -> None:

@@ -14,6 +14,11 @@ baseline, report) and reports to NNI:
   predicted_memory_mb, params, flops, latency_ratio, memory_ratio (vs the
   baseline), top1_drop_pp, top3_drop_pp, search_seconds, alpha, arch}``.
 
+A search that fails on bad input or diverges (NaN/inf loss: the stage, epoch,
+step and last finite losses are named) prints one line to stderr
+(``nni_hwaware.trial.gumbel_trial: error: ...``, in the trial's ``trial.stderr``)
+and exits with status 2: NNI marks the trial FAILED, and nothing is exported.
+
 The parameters NNI hands over (if any) override the config: ``alpha``, ``beta``,
 ``gamma``, ``delta`` (the penalty's) or any dotted option (``temperature.init``),
 so a tuner can sweep them with one trial per value. Files go to

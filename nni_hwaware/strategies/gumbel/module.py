@@ -17,7 +17,11 @@ batch, then a weight step on a training batch (first-order DARTS). What changes:
   split, and the epoch's record (validation top-1/top-3, expected latency and
   memory under ``softmax(alpha)``, stage, temperature, loss) is reported to NNI as
   an intermediate result and kept in :attr:`history`;
-* a loss that is not finite stops the search with the epoch and the last finite values.
+* a non-finite loss (CE, a penalty term or their sum) or architecture parameter
+  stops the search before the next update, with an :class:`~nni_hwaware.errors.HwAwareError`
+  of one line: stage, epoch, step, the term that diverged, the last finite losses
+  and what to change. Nothing is exported and no checkpoint of the diverged state
+  is written (Lightning re-raises it unchanged).
 
 BatchNorm layers of frozen blocks keep normalising with batch statistics (their
 running averages are not parameters and are not used by the retrained network).
@@ -79,7 +83,9 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         self.history: list[dict[str, Any]] = []
         self._sums: dict[str, tuple[float, int]] = {}
         self._val = torch.zeros(3)
+        #: The losses of the last finite updates, and the (epoch, step) of the latest.
         self._last_finite: dict[str, float] = {}
+        self._last_finite_at = (0, 0)
         self._epoch_closed = -1
 
     # -- structure -------------------------------------------------------------
@@ -171,16 +177,35 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             p.grad = None
 
     # -- steps -----------------------------------------------------------------------
-    def _check_finite(self, batch_idx: int, **values: float) -> None:
-        bad = {k: float(v) for k, v in values.items() if not math.isfinite(float(v))}
+    def _diverged(self, batch_idx: int, update: str, what: str) -> HwAwareError:
+        """The one-line error of a search whose loss or architecture parameters stopped being finite."""
+        stage = self.plan.current.name if self.plan is not None and not self.plan.done else "?"
+        if self._last_finite:
+            epoch, step = self._last_finite_at
+            last = (f"last finite losses (epoch {epoch}, step {step}): "
+                    + ", ".join(f"{k}={v:.4g}" for k, v in self._last_finite.items()))
+        else:
+            last = "no finite loss before it"
+        hparams = getattr(self.training_module, "hparams", {})
+        lr = hparams.get("learning_rate") if hasattr(hparams, "get") else None
+        c = self.hardware_penalty.config
+        return HwAwareError(
+            f"the search diverged at stage {stage} epoch {self.current_epoch} (step {batch_idx}, {update}): "
+            f"{what}; {last}; lower the learning rates (search.lr{f' {lr:g}' if lr is not None else ''}, "
+            f"search.arc_lr {self.arc_learning_rate:g}) or the penalty weights (penalty.alpha {c.alpha:g}, "
+            f"penalty.gamma {c.gamma:g}), or set search.gradient_clip, and start afresh "
+            "(search.resume: false; a resumed search keeps its checkpoint's learning rates)")
+
+    def _check_finite(self, batch_idx: int, update: str, values: dict[str, float]) -> None:
+        """Raise :meth:`_diverged` if a value is NaN/inf, else remember them as the last finite losses."""
+        bad = {k: v for k, v in values.items() if not math.isfinite(v)}
         if bad:
-            last = ", ".join(f"{k}={v:.6g}" for k, v in self._last_finite.items()) or "none yet"
-            stage = self.plan.current.name if self.plan and not self.plan.done else "?"
-            raise HwAwareError(
-                f"search loss is not finite in epoch {self.current_epoch} (stage {stage}, batch {batch_idx}): "
-                + ", ".join(f"{k}={v}" for k, v in bad.items())
-                + f"; last finite values: {last}; lower search.lr / search.arc_lr or the penalty weights")
-        self._last_finite.update({k: float(v) for k, v in values.items()})
+            terms = [k for k in bad if k != "total"] or ["total"]
+            what = (f"the {terms[0]} became {bad[terms[0]]}" if len(terms) == 1
+                    else "the " + " and ".join(f"{k} ({bad[k]})" for k in terms) + " became non-finite")
+            raise self._diverged(batch_idx, update, what)
+        self._last_finite.update(values)
+        self._last_finite_at = (self.current_epoch, batch_idx)
 
     def _accumulate(self, **values: float) -> None:
         """Add to the epoch's running sums; each key is averaged over the steps that gave it."""
@@ -188,8 +213,8 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             total, count = self._sums.get(key, (0.0, 0))
             self._sums[key] = (total + value, count + 1)
 
-    def _architecture_backward(self, loss: torch.Tensor) -> None:
-        """Gradients of ``loss`` for the architecture parameters being searched.
+    def _architecture_backward(self, loss: torch.Tensor) -> list[nn.Parameter]:
+        """Gradients of ``loss`` for the architecture parameters being searched (returned).
 
         On one device in full precision only these gradients are computed (the
         weights' are not needed in an architecture step); otherwise Lightning's
@@ -201,25 +226,38 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
                 p.grad = grad
         else:
             self.manual_backward(loss)
+        return params
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        # Each update copies its losses (and whether the architecture parameters are
+        # still finite) to the host once, and checks them before anything else moves.
         stage = self.plan.current  # type: ignore[union-attr]
+        alphas_finite: torch.Tensor | None = None
         if stage.searches and batch_idx % self.arc_every == 0:
             arc_optim = self.architecture_optimizers()
             arc_optim.zero_grad()
             ce = _loss_of(self.training_module.training_step(batch["val"], 2 * batch_idx))
-            masks = [layer.mask for layer in self.layers]
-            penalty, parts = self.hardware_penalty(masks)
+            lat_term, mem_term, latency, memory = self.hardware_penalty.terms([layer.mask for layer in self.layers])
+            penalty = lat_term + mem_term
             loss = ce + penalty
-            loss_value, ce_value, penalty_value = float(loss.detach()), float(ce.detach()), float(penalty.detach())
-            self._check_finite(batch_idx, loss=loss_value, ce=ce_value, penalty=penalty_value)
-            self._architecture_backward(loss)
+            total, ce_value, lat_value, mem_value, penalty_value, latency_ms, memory_mb = torch.stack(
+                [t.detach().float() for t in (loss, ce, lat_term, mem_term, penalty, latency, memory)]).tolist()
+            self._check_finite(batch_idx, "architecture update", {
+                "total": total, "CE": ce_value, "latency penalty": lat_value, "memory penalty": mem_value})
+            params = self._architecture_backward(loss)
             arc_optim.step()
-            self._accumulate(loss=loss_value, ce=ce_value, penalty=penalty_value,
-                             sampled_latency_ms=parts["latency_ms"], sampled_memory_mb=parts["memory_mb"])
+            if params:
+                alphas_finite = torch.isfinite(torch.cat([p.detach().flatten() for p in params])).all()
+            self._accumulate(loss=total, ce=ce_value, penalty=penalty_value,
+                             sampled_latency_ms=latency_ms, sampled_memory_mb=memory_mb)
         w_loss = _loss_of(self.training_module.training_step(batch["train"], 2 * batch_idx + 1))
-        w_value = float(w_loss.detach())
-        self._check_finite(batch_idx, weight_loss=w_value)
+        if alphas_finite is None:
+            w_value = float(w_loss.detach())
+        else:
+            w_value, alphas_ok = torch.stack([w_loss.detach().float(), alphas_finite.float()]).tolist()
+            if not alphas_ok:
+                raise self._diverged(batch_idx, "architecture update", "the architecture parameters became NaN/inf")
+        self._check_finite(batch_idx, "weight update", {"weight CE": w_value})
         self.advance_optimization(w_loss, batch_idx, self.gradient_clip_val)
         self.advance_lr_schedulers(batch_idx)
         if not stage.searches:
@@ -250,7 +288,7 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
 
     def architecture(self) -> dict[str, str]:
         """The most probable block of every layer (what the search exports now)."""
-        return {layer.label: layer.names[int(layer._arch_alpha.argmax())] for layer in self.layers}
+        return {str(layer.label): layer.names[int(layer._arch_alpha.argmax())] for layer in self.layers}
 
     @torch.no_grad()
     def expected_costs(self) -> dict[str, float]:
@@ -292,11 +330,13 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         return None
 
     # -- checkpoints ---------------------------------------------------------------
+    # Only plain types and tensors go in (labels as ``str``, not NNI's ``label``), so
+    # the search resumes with ``torch.load(weights_only=True)``, which unpickles nothing else.
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["hardware_gumbel"] = {
             "plan": self.plan.state_dict() if self.plan else None,
             "history": self.history,
-            "generators": {layer.label: layer.generator.get_state() for layer in self.layers},
+            "generators": {str(layer.label): layer.generator.get_state() for layer in self.layers},
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

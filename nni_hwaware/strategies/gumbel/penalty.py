@@ -146,15 +146,20 @@ class HardwarePenalty(nn.Module):
             return weight * torch.where(excess > 0, excess.clamp_min(_TINY) ** power, torch.zeros_like(excess))
         return weight * ratio.clamp_min(_TINY) ** power
 
-    def forward(self, masks: Sequence[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        """The penalty (a scalar tensor with gradient to ``masks``) and its parts as floats."""
+    def terms(self, masks: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(latency term, memory term, lat(a) in ms, mem(a) in MB)`` as scalar tensors (no host sync)."""
         c = self.config
         latency, memory = self.expected_costs(masks)
         lat_term = self._term(latency, self.latency_ref, c.alpha, c.beta, self.latency_budget is not None)
         mem_term = self._term(memory, self.memory_ref, c.gamma, c.delta, self.memory_budget is not None)
-        penalty = lat_term + mem_term
-        return penalty, {"latency_ms": float(latency.detach()), "memory_mb": float(memory.detach()),
-                         "latency_term": float(lat_term.detach()), "memory_term": float(mem_term.detach())}
+        return lat_term, mem_term, latency, memory
+
+    def forward(self, masks: Sequence[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The penalty (a scalar tensor with gradient to ``masks``) and its parts as floats."""
+        lat_term, mem_term, latency, memory = self.terms(masks)
+        return lat_term + mem_term, {"latency_ms": float(latency.detach()), "memory_mb": float(memory.detach()),
+                                     "latency_term": float(lat_term.detach()),
+                                     "memory_term": float(mem_term.detach())}
 
     def extra_repr(self) -> str:
         c = self.config

@@ -7,7 +7,9 @@
    on NNI's sequential engine with a Lightning ``Classification`` evaluator
    (training batches for the weights, validation batches for the architecture),
    Lightning checkpoints in ``<out>/<name>/checkpoints`` (an interrupted search
-   resumes there), the exported architecture in ``<out>/<name>/arch.json``;
+   resumes there, loading them with ``torch.load(weights_only=True)``), the
+   exported architecture in ``<out>/<name>/arch.json``; a search that diverges
+   (NaN/inf loss) stops with an error and exports nothing;
 3. the exported network and the baseline retrained from random initialisation
    (:func:`nni_hwaware.report.evaluate_architecture`: best-on-validation epoch,
    test top-1/top-3, latency and memory measured on this machine and predicted by
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +34,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from nni_hwaware.cost_table.predict import CostModel
+from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_json
 from nni_hwaware.profiling import fixed_threads
 from nni_hwaware.spaces.config import Architecture, SpaceConfig
@@ -168,15 +172,26 @@ def search(config: GumbelSearchConfig, space: SpaceConfig, cost_model: CostModel
             supernet = BlockChoiceSpace(space.to_dict())
         evaluator = _evaluator(config, space, max_epochs, out, callbacks)
         checkpoint = out / "checkpoints" / "last.ckpt"
-        if config.search.checkpoint and config.search.resume and checkpoint.is_file():
-            evaluator.fit_kwargs.update(ckpt_path=str(checkpoint), weights_only=False)
+        resume = config.search.checkpoint and config.search.resume and checkpoint.is_file()
+        if resume:
+            # Tensors and plain types only: a file planted there cannot run code when loaded.
+            evaluator.fit_kwargs.update(ckpt_path=str(checkpoint), weights_only=True)
         strategy = HardwareGumbelDARTS(
             cost_model, penalty=config.penalty, temperature=config.temperature, staging=config.stages,
             arc_learning_rate=config.search.arc_lr, arc_weight_decay=config.search.arc_weight_decay,
             gradient_clip_val=config.search.gradient_clip, arc_every=config.search.arc_every,
             baseline_bias=config.search.baseline_bias,
             seed=config.seed, report=report)
-        strategy(RawFormatModelSpace(supernet, evaluator), SequentialExecutionEngine())
+        try:
+            strategy(RawFormatModelSpace(supernet, evaluator), SequentialExecutionEngine())
+        except pickle.UnpicklingError as err:
+            if not resume:
+                raise
+            why = next((line.strip() for line in str(err).splitlines() if "Unsupported" in line), "refused")
+            raise HwAwareError(
+                f"{checkpoint} holds more than tensors and plain values, so it is not loaded "
+                f"(torch.load weights_only=True: {why.split(' Please use')[0][:160]}); a search of this "
+                "version did not write it: delete it or set search.resume: false") from None
     seconds = time.perf_counter() - start
     arch = strategy.export_architecture()
     module = strategy.module

@@ -39,7 +39,7 @@ class StagePlan:
     """Stages in order, each ended by patience on its loss or by its epoch limit."""
 
     def __init__(self, labels: Sequence[str], staging: StagingConfig, temperature: TemperatureConfig) -> None:
-        labels = list(labels)
+        labels = [str(label) for label in labels]  # plain str (NNI's labels are a subclass)
         if not labels:
             raise HwAwareError("the space has no searchable layers")
         split = len(labels) // 2 if staging.split is None else staging.split

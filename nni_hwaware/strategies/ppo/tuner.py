@@ -275,6 +275,7 @@ class PPOTuner(Tuner):
         done = self.search_trials is not None and searched >= self.search_trials
         if done and self.retrain is not None and not self._retrain_sent:
             self._retrain_sent = True
+            self._save()
             return self._retrain_parameters()
         # NNI may ask for more trials than maxTrialNumber leaves room for (several slots
         # free at once); answering "no more" then would stop the queued retraining trial,
@@ -283,9 +284,11 @@ class PPOTuner(Tuner):
         if arch is None:
             if self.retrain is not None and not self._retrain_sent and search.history.order:
                 self._retrain_sent = True
+                self._save()
                 return self._retrain_parameters()
             raise nni.NoMoreTrialError("every architecture under the budget has been tried")
         self._params[parameter_id] = arch
+        self._save()  # in flight from now on: a resumed search must not propose it again
         return {**arch, "_table": self.table_path, "_chip": self.model.chip if self.model else None}
 
     def _retrain_parameters(self) -> dict[str, Any]:

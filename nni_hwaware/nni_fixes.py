@@ -27,6 +27,25 @@ ways. Each fix here has a test in ``tests/test_nni_fixes.py`` that fails without
    command channel while it trains, so ``nni.report_intermediate_result`` called
    during a one-shot search inside an ``nnictl`` trial never reaches the manager:
    :func:`outer_trial_reporter` sends through the channel current before the search.
+7. NNI's manager listens on every network interface, and its web portal has no
+   authentication; NNI has no option against it. A Node preload makes it listen on
+   127.0.0.1: :mod:`nni_hwaware.experiment.portal` (``nni-hwaware create``).
+8. NNI 3.0 marks a trial that died of a signal (the kernel's out-of-memory killer,
+   ``kill -9``) ``USER_CANCELED``, as if the user had stopped it
+   (``nni_node/training_service/v3/compat.js`` knows only the exit code). The
+   package's trials run under :func:`supervise_trial`: the training runs in a child
+   process, a death by signal becomes a one-line error and exit status 128 + signal
+   (``FAILED``), and a cancel from NNI (SIGINT, SIGTERM) is passed on, then the
+   supervisor dies of the same signal (still ``USER_CANCELED``).
+9. NNI 3.0's training service hands parameters out from one queue, to whichever
+   trial asks first, not to the trial the manager assigned them to
+   (``nni_node/training_service/v3/compat.js``). A trial that dies before asking
+   (a crash at import, a bad node) shifts every later trial onto its neighbour's
+   parameters, and the last parameters sent, such as a search's final retraining
+   trial, are never run; the manager's records pair trials with the wrong
+   parameters (part of microsoft/nni#5726). :func:`supervise_trial` asks for the
+   parameters first thing, in a small process, and hands them to the trial
+   (:func:`next_parameters`), so every started trial takes exactly one set.
 """
 
 from __future__ import annotations
@@ -46,7 +65,9 @@ __all__ = [
     "check_versions",
     "forward_masks",
     "import_nni_nas",
+    "next_parameters",
     "outer_trial_reporter",
+    "supervise_trial",
 ]
 
 #: (distribution, exclusive upper bound, why) — the pins NNI 3.0 needs.
@@ -166,3 +187,70 @@ def outer_trial_reporter() -> Callable[[Any], None]:
             set_default_trial_command_channel(inner)
 
     return report
+
+
+# -- 8. a trial killed by a signal is FAILED, not USER_CANCELED ------------------------
+
+#: Set in the child of :func:`supervise_trial`: the parameter record it received (JSON).
+SUPERVISED_ENV = "NNI_HWAWARE_SUPERVISED"
+
+
+def next_parameters() -> Any:
+    """The trial's parameters: those :func:`supervise_trial` fetched, else ``nni.get_next_parameter()``.
+
+    Either way NNI's trial module knows the record, so results carry its parameter id.
+    """
+    import json
+    import os
+
+    import nni
+    import nni.trial
+
+    handed = os.environ.get(SUPERVISED_ENV)
+    if not handed or handed == "1":
+        return nni.get_next_parameter()
+    record = json.loads(handed)
+    nni.trial._params = record  # what get_next_parameter() would have set
+    return None if record is None else record["parameters"]
+
+
+def supervise_trial(command: list[str]) -> int | None:
+    """Run ``command`` (the trial itself) in a child process; its exit status, or None.
+
+    Returns None, and runs nothing, outside an NNI trial (``NNI_PLATFORM`` unset) or
+    inside the child: the caller then does the work itself. The parameters are
+    fetched here (fix 9) and passed on; the child takes them with
+    :func:`next_parameters` and reports its results to NNI itself.
+    """
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    if not os.environ.get("NNI_PLATFORM") or os.environ.get(SUPERVISED_ENV):
+        return None
+    import json
+
+    from nni.runtime.trial_command_channel import get_default_trial_command_channel
+
+    record = get_default_trial_command_channel().receive_parameter()  # fix 9: first thing
+    child = subprocess.Popen(command, env={**os.environ, SUPERVISED_ENV: json.dumps(record)})
+    cancelled: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        cancelled.append(signum)
+        child.send_signal(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, forward)
+    code = child.wait()
+    if cancelled:  # NNI (or the user) stopped the trial: die as NNI expects
+        signal.signal(cancelled[0], signal.SIG_DFL)
+        os.kill(os.getpid(), cancelled[0])
+    if code < 0:
+        name = signal.Signals(-code).name
+        hint = " (most likely the kernel's out-of-memory killer)" if -code == signal.SIGKILL else ""
+        print(f"nni_hwaware.trial: error: the training process was killed by {name}{hint}; "
+              "see `dmesg` and lower the batch size or the trial concurrency", file=sys.stderr)
+        return 128 - code
+    return code

@@ -19,6 +19,13 @@ import resource
 import signal
 import sys
 
+from nni_hwaware.nni_fixes import supervise_trial
+
+if __name__ == "__main__":  # as python -m nni_hwaware.trial does, before importing torch
+    code = supervise_trial([sys.executable, __file__, *sys.argv[1:]])
+    if code is not None:
+        sys.exit(code)
+
 import nni
 import torch
 

@@ -196,3 +196,61 @@ def test_reports_inside_the_sequential_engine_reach_the_outer_trial_only_with_fi
     finally:
         set_default_trial_command_channel(previous)
     assert outer.sent == [{"default": 2.0}]
+
+
+# -- 8 and 9. trials killed by a signal; parameters handed to whoever asks first ------------
+
+
+def _run_fix_trials(tmp_path, supervised: bool) -> dict[int, tuple[str, float | None]]:
+    """Four trials of a grid over x = 0..3, one at a time: the first exits before asking for
+    parameters, the second is killed by SIGKILL. Returns sequence id -> (status, reported x)."""
+    import json
+    import os
+    from pathlib import Path
+
+    from nni_hwaware.experiment import create_experiment, parse_metric, write_config
+
+    script = Path(__file__).with_name("fix_trial.py")
+    template = {
+        "searchSpace": {"x": {"_type": "choice", "_value": [0, 1, 2, 3]}},
+        "trialCommand": f"{sys.executable} {script}" + (" --supervised" if supervised else ""),
+        "trialCodeDirectory": str(tmp_path), "trialConcurrency": 1, "maxTrialNumber": 4,
+        "tuner": {"name": "GridSearch"}, "trainingService": {"platform": "local"},
+    }
+    path = write_config(template, tmp_path / "config.yml", tmp_path / "experiments")
+    env = {"FIX_TEST_FAULTS": json.dumps({"0": "crash-before-asking", "1": "sigkill"}),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(script.parents[1]), os.environ.get("PYTHONPATH")]))}
+    with create_experiment(path, env=env) as experiment:
+        experiment.wait(timeout=180)
+        jobs = experiment.trial_jobs()
+    return {job["sequenceId"]: (job["status"], parse_metric(job["finalMetricData"][-1]["data"])["default"]
+                                if job.get("finalMetricData") else None) for job in jobs}
+
+
+@pytest.mark.slow
+@pytest.mark.nnictl
+def test_nni_shifts_parameters_and_calls_killed_trials_cancelled_so_fixes_8_and_9_are_needed(tmp_path) -> None:
+    trials = _run_fix_trials(tmp_path, supervised=False)
+    assert trials[1][0] == "USER_CANCELED"  # killed by SIGKILL, shown as if the user stopped it
+    # trial 0 never asked: trial 2 ran trial 1's x, trial 3 trial 2's, and x = 3 never ran
+    assert (trials[2][1], trials[3][1]) == (1, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.nnictl
+def test_fixes_8_and_9_supervised_trials_fail_visibly_and_take_their_own_parameters(tmp_path) -> None:
+    trials = _run_fix_trials(tmp_path, supervised=True)
+    assert [trials[i][0] for i in range(4)] == ["FAILED", "FAILED", "SUCCEEDED", "SUCCEEDED"]
+    assert (trials[2][1], trials[3][1]) == (2, 3)
+
+
+def test_next_parameters_takes_the_handed_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    import nni.trial
+
+    record = {"parameter_id": 7, "parameter_source": "algorithm", "parameters": {"x": 1}, "parameter_index": 0}
+    monkeypatch.setenv(nni_fixes.SUPERVISED_ENV, json.dumps(record))
+    monkeypatch.setattr(nni.trial, "_params", None)
+    assert nni_fixes.next_parameters() == {"x": 1}
+    assert nni.trial._params == record  # results then carry parameter id 7

@@ -86,11 +86,11 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     import nni
 
-    from nni_hwaware.nni_fixes import outer_trial_reporter
+    from nni_hwaware.nni_fixes import next_parameters, outer_trial_reporter
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig, run_pipeline
 
     config = GumbelSearchConfig.from_yaml(args.config)
-    config = config.replace(**overrides_from_parameters(nni.get_next_parameter()))
+    config = config.replace(**overrides_from_parameters(next_parameters()))
     out = args.out or (os.path.join(os.environ["NNI_OUTPUT_DIR"], "gumbel") if os.environ.get("NNI_OUTPUT_DIR")
                        else None)
     if out:
@@ -105,4 +105,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from nni_hwaware.nni_fixes import supervise_trial
+
+    code = supervise_trial([sys.executable, "-m", "nni_hwaware.trial.gumbel_trial", *sys.argv[1:]])
+    raise SystemExit(main() if code is None else code)

@@ -30,10 +30,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from nni_hwaware.cost_table import CostModel, profile_space
     from nni_hwaware.cost_table.transport import METRIC_KEY, table_to_text
+    from nni_hwaware.nni_fixes import next_parameters
     from nni_hwaware.spaces import get_space_config
 
     try:
-        params = nni.get_next_parameter() or {}
+        params = next_parameters() or {}
         config = get_space_config(args.space)
         table = profile_space(config, chip=params.get("chip"), backend=args.backend, device=args.device,
                               batch_size=args.batch_size, threads=args.threads, progress=False)
@@ -50,4 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from nni_hwaware.nni_fixes import supervise_trial
+
+    code = supervise_trial([sys.executable, "-m", "nni_hwaware.trial.profile_chip", *sys.argv[1:]])
+    raise SystemExit(main() if code is None else code)

@@ -82,6 +82,7 @@ def _run(args: argparse.Namespace) -> int:
     import nni
 
     from nni_hwaware.cost_table import CostModel, CostTable
+    from nni_hwaware.nni_fixes import next_parameters
     from nni_hwaware.spaces import get_space_config
     from nni_hwaware.spaces.io import load_architecture
     from nni_hwaware.trial.train import TrainConfig, train_architecture
@@ -89,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
     config = get_space_config(args.space)
     train = TrainConfig.from_json(args.train, epochs=args.epochs, threads=args.threads,
                                   data_dir=args.data_dir, device=args.device)
-    params = {} if args.arch else (nni.get_next_parameter() or {})
+    params = {} if args.arch else (next_parameters() or {})
     table = args.table or params.get("_table")
     if not table:
         raise HwAwareError("no cost table: pass --table FILE (or run under the PPO tuner, which names it)")

@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["PPOClassArgsValidator", "PPOTuner", "baseline_cost", "resolve_budget"]
 
 _logger = logging.getLogger("nni_hwaware.ppo")
+#: Seconds a trial NNI reports as succeeded has to deliver its final result before it counts as failed.
+RESULT_GRACE_S = 60.0
 
 
 def _experiment_root() -> Path | None:
@@ -162,10 +165,16 @@ class PPOTuner(Tuner):
         self.model: CostModel | None = None
         #: A saved :meth:`PPOSearch.state_dict` to continue from (set by the NNI Strategy on resume).
         self.initial_state: dict[str, Any] | None = None
+        #: Search trials sent and not settled (no result, not counted as failed): id -> arch.
         self._params: dict[int, dict[str, str]] = {}
+        #: Ids whose final result arrived (search and retraining trials).
         self._reported: set[int] = set()
         #: Architectures in flight when the state was saved: NNI reruns them on resume.
         self._resumed: set[tuple[int, ...]] = set()
+        #: Ids of the search trials sent in this run of the tuner.
+        self._sent: set[int] = set()
+        #: parameter id -> (when, succeeded) for every trial end NNI announced.
+        self._ended: dict[int, tuple[float, bool]] = {}
         #: Results whose echoed architecture differs from the one sent with their parameter id.
         self._mismatches = 0
 
@@ -271,6 +280,7 @@ class PPOTuner(Tuner):
 
     def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, Any]:
         search = self._ready()
+        self._settle_failures()
         searched = len(search.history.order) + len(search.pending)
         done = self.search_trials is not None and searched >= self.search_trials
         if done and self.retrain is not None and not self._retrain_sent:
@@ -288,6 +298,7 @@ class PPOTuner(Tuner):
                 return self._retrain_parameters()
             raise nni.NoMoreTrialError("every architecture under the budget has been tried")
         self._params[parameter_id] = arch
+        self._sent.add(parameter_id)
         self._save()  # in flight from now on: a resumed search must not propose it again
         return {**arch, "_table": self.table_path, "_chip": self.model.chip if self.model else None}
 
@@ -303,9 +314,12 @@ class PPOTuner(Tuner):
     def receive_trial_result(self, parameter_id: int, parameters: Mapping[str, Any], value: Any,
                              **kwargs: Any) -> None:
         search = self._ready()
+        self._reported.add(parameter_id)
         if parameters.get("_retrain"):
+            self._settle_failures()
             return  # the final retraining trial: a report, not a search result
         arch = self._arch_of(parameter_id, parameters, value)
+        self._params.pop(parameter_id, None)
         metrics = dict(value) if isinstance(value, Mapping) else {"default": value}
         default = metrics.get("default")
         if not isinstance(default, (int, float)) or not math.isfinite(float(default)):
@@ -315,7 +329,7 @@ class PPOTuner(Tuner):
         else:
             search.tell(arch, metrics)
             self._results.append({"arch": arch, **{k: v for k, v in metrics.items() if k != "arch"}})
-        self._reported.add(parameter_id)
+        self._settle_failures()
         self._save()
 
     def _record_failure(self, arch: dict[str, str], why: str) -> None:
@@ -324,12 +338,34 @@ class PPOTuner(Tuner):
                               "reward": reward})
 
     def trial_end(self, parameter_id: int, success: bool, **kwargs: Any) -> None:
-        arch = self._params.pop(parameter_id, None)
-        if arch is not None and parameter_id not in self._reported:
-            _logger.warning("trial %s ended without a result (success=%s); counted as failed", parameter_id, success)
-            self._record_failure(arch, "trial ended without a result")
-            self._save()
-        self._reported.discard(parameter_id)
+        # The id here is the manager's, which under concurrency can be another trial's
+        # (microsoft/nni#5726): it only says that *some* trial ended. See _settle_failures.
+        self._ended[parameter_id] = (time.monotonic(), success)
+        self._settle_failures()
+
+    def _settle_failures(self) -> None:
+        """Count as failed the search trials that ended without a result, once that is certain.
+
+        Result ids are right (a trial sends the id it received), but the ids of trial
+        ends are the manager's, which under concurrency are often another trial's
+        (microsoft/nni#5726): an end only says that *some* trial ended. Once every
+        search trial sent has ended, the ones without a result are exactly the dead
+        ones; until then they stay in flight (never proposed again). A successful end
+        waits :data:`RESULT_GRACE_S` for its result, which NNI may deliver after it.
+        """
+        if not self._params or not self._sent <= self._ended.keys():
+            return
+        now = time.monotonic()
+        if any(success and now - since < RESULT_GRACE_S for pid, (since, success) in self._ended.items()
+               if pid in self._params):
+            return
+        for parameter_id, arch in list(self._params.items()):
+            del self._params[parameter_id]
+            if self._ready().actions_of(arch) in self._ready().history.rewards:
+                continue  # its result came under another id
+            _logger.warning("a trial of %s ended without a result; counted as failed", arch)
+            self._record_failure(arch, "ended without a final result (crashed, killed, out of memory)")
+        self._save()
 
     def import_data(self, data: list[dict[str, Any]]) -> None:
         """Results of earlier trials (resume, ``nnictl experiment import``): learn from them.

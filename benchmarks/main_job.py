@@ -1,6 +1,6 @@
 """The default ``config.yml`` end to end through the real NNI manager.
 
-Runs the main job as a user would (``nnictl create --config config.yml``, here on
+Runs the main job as a user would (``nni-hwaware create --config config.yml``, here on
 a free port with the experiment files in a temporary directory), waits for it,
 and prints one JSON object on its last line: wall time, number of trials, the
 best trial's validation accuracy and predicted latency, and the retrained best

@@ -32,7 +32,8 @@ def run_ppo(table: Path, workdir: Path, trials: int, epochs: int) -> dict[str, o
         BlockChoiceSpace(config.to_dict()),
         hardware_evaluator("digits", str(table), train={"epochs": epochs, "threads": 1}),
         strategy,
-        NasExperimentConfig("sequential", "raw"),  # in this process; drop it for NNI's web portal
+        NasExperimentConfig("sequential", "raw"),  # in this process; drop it for NNI's web portal (then
+        # start it inside `with nni_hwaware.experiment.portal.local_portal():` to keep it on 127.0.0.1)
     )
     experiment.config.max_trial_number = trials
     experiment.config.experiment_working_directory = str(workdir)

@@ -48,3 +48,34 @@ def test_killed_search_resumes_without_proposing_finished_trials_again(tmp_path:
     assert len(saved["history"]) == 8  # the trials before the kill are counted
     log = (experiment.experiment_dir / "log" / "dispatcher.log").read_text()
     assert "resumed the PPO search:" in log
+
+
+def test_killed_nas_experiment_resumes_from_the_state_file(tmp_path: Path) -> None:
+    import re
+    import subprocess
+    import sys
+    import time
+
+    script = [sys.executable, str(Path(__file__).with_name("nas_experiment_run.py")), str(tmp_path)]
+    state_file = tmp_path / "ppo_state.pt"
+    first = subprocess.Popen([*script, "6"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 240
+    history: list = []
+    while time.monotonic() < deadline and len(history) < 2:
+        time.sleep(0.5)
+        if state_file.is_file():
+            try:
+                history = torch.load(state_file, weights_only=True)["history"]
+            except (RuntimeError, EOFError, KeyError):
+                history = []
+    first.kill()  # as a crash would: no checkpoint at stop
+    output = first.communicate()[0]
+    before = {tuple(k) for k, _ in history}
+    assert len(before) >= 2, output
+    experiment_id = re.search(r"experiment id: (\w+)", output).group(1)
+    done = subprocess.run([*script, "6", experiment_id], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    saved = torch.load(state_file, weights_only=True)
+    keys = [tuple(k) for k, _ in saved["history"]]
+    assert before <= set(keys) and len(keys) == len(set(keys))  # kept, none trained twice
+    assert len(keys) >= 6 - 1  # the run continued (the model killed mid-training is not rerun)

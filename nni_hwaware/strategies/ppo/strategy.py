@@ -2,7 +2,10 @@
 
 A thin wrapper: NNI's ``HPOTunerStrategy`` drives :class:`PPOTuner` (one core,
 two routes), and :meth:`state_dict` / :meth:`load_state_dict` carry the policy
-and the history, so a resumed experiment continues with what it learned.
+and the history into NNI's experiment checkpoint, so a resumed experiment
+continues with what it learned. NNI saves that checkpoint only when the
+experiment starts and stops; give ``state_file`` to survive a kill too (the
+tuner saves it at every proposal and result, and a resume prefers it).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ class PPOStrategy(HPOTunerStrategy):
 
     def __init__(self, space: str, table: str | None = None, **options: Any) -> None:
         super().__init__(PPOTuner(space, table, **options))
+        self.tuner.rerun_in_flight = False  # NasExperiment.resume() does not rerun unfinished models
 
     def extra_repr(self) -> str:
         tuner = self.tuner

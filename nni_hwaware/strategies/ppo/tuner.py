@@ -163,6 +163,9 @@ class PPOTuner(Tuner):
         self._retrain_sent = False
         self.search: PPOSearch | None = None
         self.model: CostModel | None = None
+        #: Whether the architectures in flight when the state was saved run again after a
+        #: resume (nnictl resume reruns them; NasExperiment does not, see PPOStrategy).
+        self.rerun_in_flight = True
         #: A saved :meth:`PPOSearch.state_dict` to continue from (set by the NNI Strategy on resume).
         self.initial_state: dict[str, Any] | None = None
         #: Search trials sent and not settled (no result, not counted as failed): id -> arch.
@@ -246,12 +249,12 @@ class PPOTuner(Tuner):
         budget = resolve_budget(self.budget_spec, baseline_cost(
             table, self.config, chip=model.chip, backend=self.backend, batch_size=self.batch_size))
         self.search = PPOSearch(model, budget, self.ppo_config)
-        if self.initial_state is None and self.state_file and Path(self.state_file).exists():
+        if self.state_file and Path(self.state_file).exists():  # saved at every event: the newest
             try:  # tensors and plain containers only: never unpickles objects
                 self.initial_state = torch.load(self.state_file, weights_only=True)
             except Exception as err:
-                raise HwAwareError(f"cannot read the PPO state {self.state_file}: {err}; "
-                                   "delete it to start the search afresh") from None
+                raise HwAwareError(f"cannot read the PPO state {self.state_file}: "
+                                   f"{' '.join(str(err).split())[:200]}; delete it to start the search afresh") from None
         if self.initial_state is not None:
             self._load_state(self.initial_state)
         _logger.info("PPO search on chip %s under %s", model.chip, budget.limits())
@@ -262,6 +265,8 @@ class PPOTuner(Tuner):
         extra = state.get("tuner") or {}
         self._results = [dict(r) for r in extra.get("results", [])]
         self._retrain_sent = bool(extra.get("retrain_sent", False))
+        if not self.rerun_in_flight:
+            search.pending.clear()  # nobody reruns them: propose them again
         self._resumed = set(search.pending)
         _logger.info("resumed the PPO search: %d results, %d architectures in flight",
                      len(search.history.order), len(search.pending))

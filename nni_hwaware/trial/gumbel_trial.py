@@ -94,6 +94,10 @@ def _run(args: argparse.Namespace) -> int:
     out = args.out or (os.path.join(os.environ["NNI_OUTPUT_DIR"], "gumbel") if os.environ.get("NNI_OUTPUT_DIR")
                        else None)
     if out:
+        if os.environ.get("NNI_PLATFORM"):
+            from nni_hwaware.trial.paths import inside_experiment
+
+            out = str(inside_experiment(out, "--out"))
         config = config.replace(out=out)
     summary = run_pipeline(config, report=outer_trial_reporter())
     if not summary:  # an extra DDP process

@@ -135,42 +135,17 @@ def _wait_for_results(path: str, expected: int, timeout: float = 900.0) -> list[
     return trials
 
 
-def _experiment_dir() -> Any:
-    """``<experimentWorkingDirectory>/<id>`` of this trial, from NNI's environment (None outside NNI)."""
-    import os
-    from pathlib import Path
-
-    output, experiment = os.environ.get("NNI_OUTPUT_DIR"), os.environ.get("NNI_EXP_ID")
-    if not output or not experiment:
-        return None
-    for parent in Path(output).resolve().parents:
-        if parent.name == experiment:
-            return parent
-    return None
-
-
-def _inside_experiment(path: str, what: str) -> Any:
-    """``path`` from the trial's parameters, if inside the experiment's directory (else a clear error)."""
-    from pathlib import Path
-
-    root = _experiment_dir()
-    resolved = Path(path).resolve()
-    if root is None or not resolved.is_relative_to(root):
-        raise HwAwareError(f"parameter {what} {path} is not inside this experiment's directory "
-                           f"({root or 'unknown: not run by NNI'}); the retraining trial writes only there")
-    return resolved
-
-
 def _retrain(config: Any, model: Any, params: Mapping[str, Any]) -> int:
     """The last trial of a search: retrain the best architecture and the baseline, write the report."""
     import nni
 
     from nni_hwaware.report.results import evaluate_architecture
     from nni_hwaware.report.search import best_trial, write_search_report
+    from nni_hwaware.trial.paths import inside_experiment
     from nni_hwaware.trial.train import TrainConfig
 
-    history_file = _inside_experiment(params["_history_file"], "_history_file")
-    out_dir = _inside_experiment(f"{params['_output_dir']}/report", "_output_dir")
+    history_file = inside_experiment(params["_history_file"], "parameter _history_file")
+    out_dir = inside_experiment(f"{params['_output_dir']}/report", "parameter _output_dir")
     trials = _wait_for_results(str(history_file), int(params["_expected"]))
     best = best_trial(trials)
     train = TrainConfig.from_dict(params.get("_train") or {})

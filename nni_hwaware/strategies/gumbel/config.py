@@ -343,7 +343,7 @@ class GumbelSearchConfig:
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as err:
-            raise HwAwareError(f"config file {path} is not valid YAML: {err}") from None
+            raise HwAwareError(f"config file {path} is not valid YAML: {' '.join(str(err).split())}") from None
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:

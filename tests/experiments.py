@@ -51,3 +51,18 @@ def final_archs(jobs: list[dict[str, Any]]) -> dict[str, tuple[str, ...]]:
             if "arch" in value and not value.get("retrain"):
                 found[job["trialJobId"]] = tuple(sorted(json.loads(value["arch"]).items()))
     return found
+
+
+def gumbel_trial_template(tmp_path: Path, name: str, alpha: float) -> dict[str, Any]:
+    """A one-trial nnictl config running ``gumbel.yml`` (written by the caller into ``tmp_path``)."""
+    return {
+        "experimentName": name,
+        "searchSpace": {"alpha": {"_type": "choice", "_value": [alpha]}},
+        "trialCommand": f"{shlex.quote(sys.executable)} -m nni_hwaware.trial.gumbel_trial --config gumbel.yml",
+        "trialCodeDirectory": str(tmp_path),
+        "trialConcurrency": 1,
+        "maxTrialNumber": 1,
+        "maxExperimentDuration": "5m",
+        "tuner": {"name": "GridSearch"},
+        "trainingService": {"platform": "local"},
+    }

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import yaml
+from experiments import gumbel_trial_template
 from handmade import tiny_config, tiny_table
 from pytorch_lightning import Callback
 
@@ -176,17 +175,7 @@ def test_a_diverging_one_trial_experiment_fails_its_trial_with_the_line_and_ends
     options = _search_options(tmp_path, lr=HUGE_LR)
     options.pop("out")  # the trial's folder
     (tmp_path / "gumbel.yml").write_text(yaml.safe_dump(options))
-    template = {
-        "experimentName": "nni-hwaware-gumbel-diverges",
-        "searchSpace": {"alpha": {"_type": "choice", "_value": [1.0]}},
-        "trialCommand": f"{shlex.quote(sys.executable)} -m nni_hwaware.trial.gumbel_trial --config gumbel.yml",
-        "trialCodeDirectory": str(tmp_path),
-        "trialConcurrency": 1,
-        "maxTrialNumber": 1,
-        "maxExperimentDuration": "5m",
-        "tuner": {"name": "GridSearch"},
-        "trainingService": {"platform": "local"},
-    }
+    template = gumbel_trial_template(tmp_path, "nni-hwaware-gumbel-diverges", 1.0)
     config = write_config(template, tmp_path / "config.yml", tmp_path / "experiments")
     with create_experiment(config, timeout=60) as exp:
         status = exp.wait(timeout=120, poll=1.0)

@@ -9,12 +9,11 @@ dict (measured costs, ratios to the baseline, the architecture). About 60 s.
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from experiments import gumbel_trial_template
 from handmade import tiny_config, tiny_table
 
 from nni_hwaware.experiment import create_experiment, parse_metric, write_config
@@ -46,17 +45,7 @@ def test_one_trial_gumbel_experiment_reports_each_epoch_and_a_final_dict(tmp_pat
         "retrain": {"epochs": 1},
     }
     (tmp_path / "gumbel.yml").write_text(yaml.safe_dump(search))
-    template = {
-        "experimentName": "nni-hwaware-gumbel-test",
-        "searchSpace": {"alpha": {"_type": "choice", "_value": [20.0]}},
-        "trialCommand": f"{shlex.quote(sys.executable)} -m nni_hwaware.trial.gumbel_trial --config gumbel.yml",
-        "trialCodeDirectory": str(tmp_path),
-        "trialConcurrency": 1,
-        "maxTrialNumber": 1,
-        "maxExperimentDuration": "5m",
-        "tuner": {"name": "GridSearch"},
-        "trainingService": {"platform": "local"},
-    }
+    template = gumbel_trial_template(tmp_path, "nni-hwaware-gumbel-test", 20.0)
     config = write_config(template, tmp_path / "config.yml", tmp_path / "experiments")
     with create_experiment(config, timeout=60) as exp:
         assert exp.wait(timeout=240, poll=1.0) in ("DONE", "TUNER_NO_MORE_TRIAL"), exp.describe()

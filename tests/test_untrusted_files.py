@@ -48,7 +48,7 @@ def test_a_pickled_architecture_is_refused_and_not_run(tmp_path: Path) -> None:
     from nni_hwaware.spaces.io import load_architecture
 
     marker = tmp_path / "ran"
-    with pytest.raises(HwAwareError, match="architecture file .* is not valid JSON"):
+    with pytest.raises(HwAwareError, match=r"architecture file .* is not valid JSON"):
         load_architecture(_plant(tmp_path / "arch.json", marker), get_space_config("digits_tiny"))
     assert not marker.exists()
 
@@ -63,7 +63,7 @@ def test_a_pickled_ppo_state_is_refused_and_not_run(tmp_path: Path) -> None:
     (tmp_path / "space.json").write_text(tiny_config().to_json())
     tuner = PPOTuner(str(tmp_path / "space.json"), str(tmp_path / "t.csv"),
                      state_file=str(_plant(tmp_path / "ppo_state.pt", marker)))
-    with pytest.raises(HwAwareError, match="cannot read the PPO state .* delete it to start the search afresh"):
+    with pytest.raises(HwAwareError, match=r"cannot read the PPO state .* delete it to start the search afresh"):
         tuner.update_search_space({"layer1_0": {"_type": "choice", "_value": ["skip"]},
                                    "layer2_0": {"_type": "choice", "_value": ["skip"]}})
     assert not marker.exists()

@@ -79,3 +79,35 @@ def test_killed_nas_experiment_resumes_from_the_state_file(tmp_path: Path) -> No
     keys = [tuple(k) for k, _ in saved["history"]]
     assert before <= set(keys) and len(keys) == len(set(keys))  # kept, none trained twice
     assert len(keys) >= 6 - 1  # the run continued (the model killed mid-training is not rerun)
+
+
+def test_a_search_warm_starts_from_an_earlier_experiments_results(tmp_path: Path) -> None:
+    """``nnictl experiment export`` one search, ``nnictl experiment import`` it into the next."""
+    import subprocess
+
+    from nni_hwaware.experiment import nnictl_path
+
+    first = write_config(ppo_template(tmp_path, trials=3), tmp_path / "first.yml", tmp_path / "experiments")
+    with create_experiment(first) as earlier:
+        assert earlier.wait(timeout=300) == "DONE", earlier.describe()
+        exported = tmp_path / "results.json"
+        subprocess.run([nnictl_path(), "experiment", "export", earlier.id, "--type", "json",
+                        "--filename", str(exported)], env=earlier.env, check=True, capture_output=True)
+        known = set(final_archs(earlier.trial_jobs()).values())
+    assert len(known) == 3
+    # The second search starts with one trial at a time, so the import lands before most proposals.
+    second = write_config(ppo_template(tmp_path, trials=4, concurrency=1), tmp_path / "second.yml",
+                          tmp_path / "experiments")
+    with create_experiment(second) as later:
+        subprocess.run([nnictl_path(), "experiment", "import", later.id, "--filename", str(exported)],
+                       env=later.env, check=True, capture_output=True)
+        assert later.wait(timeout=300) == "DONE", later.describe()
+        jobs = sorted(later.trial_jobs(), key=lambda job: job["sequenceId"])
+    archs = final_archs(jobs)
+    saved = torch.load(later.experiment_dir / "hwaware" / "ppo_state.pt", weights_only=True)
+    assert {_names(k) for k, _ in saved["history"]} >= known  # learned the earlier results
+    assert len(saved["history"]) == 3 + 4 - len(set(archs.values()) & known)
+    log = (later.experiment_dir / "log" / "dispatcher.log").read_text()
+    assert "imported 3 results" in log
+    later_trials = [archs[job["trialJobId"]] for job in jobs[1:]]  # proposed after the import
+    assert not set(later_trials) & known

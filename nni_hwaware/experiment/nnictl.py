@@ -45,7 +45,7 @@ from typing import Any
 import yaml
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.experiment.portal import portal_env
+from nni_hwaware.experiment.portal import listeners, portal_env
 
 __all__ = [
     "TERMINAL_STATUSES", "RunningExperiment", "create_experiment", "free_port",
@@ -249,10 +249,8 @@ class RunningExperiment:
 
     def manager_pid(self) -> int:
         """The pid of the NNI manager (the Node process listening on :attr:`port`)."""
-        import psutil
-
-        for conn in psutil.net_connections(kind="tcp"):
-            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == self.port and conn.pid:
+        for conn in listeners(self.port):
+            if conn.pid:
                 return int(conn.pid)
         raise RuntimeError(f"no process listens on port {self.port}; {self.describe()}")
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 __all__ = [
-    "BIND_LOCAL_JS", "EXPOSE_WARNING", "listening_addresses", "local_portal", "portal_env", "warn_exposed",
+    "BIND_LOCAL_JS", "EXPOSE_WARNING", "listeners", "listening_addresses", "local_portal", "portal_env", "warn_exposed",
 ]  # fmt: skip
 
 #: The Node preload that binds servers to 127.0.0.1.
@@ -91,9 +91,14 @@ def local_portal(expose: bool = False, port: int | str = "of the experiment") ->
             os.environ["NODE_OPTIONS"] = saved
 
 
-def listening_addresses(port: int) -> list[str]:
-    """The local addresses on which some process listens on TCP ``port`` (e.g. ``['127.0.0.1']``)."""
+def listeners(port: int) -> list:
+    """psutil's records of the sockets listening on TCP ``port`` (``.laddr.ip``, ``.pid``)."""
     import psutil
 
-    return sorted({conn.laddr.ip for conn in psutil.net_connections(kind="tcp")
-                   if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port})
+    return [conn for conn in psutil.net_connections(kind="tcp")
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port]
+
+
+def listening_addresses(port: int) -> list[str]:
+    """The local addresses on which some process listens on TCP ``port`` (e.g. ``['127.0.0.1']``)."""
+    return sorted({conn.laddr.ip for conn in listeners(port)})

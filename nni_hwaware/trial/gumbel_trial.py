@@ -30,11 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Mapping
 from typing import Any
-
-from nni_hwaware.errors import HwAwareError
 
 __all__ = ["PARAMETER_ALIASES", "final_metrics", "main", "overrides_from_parameters"]
 
@@ -75,12 +72,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from nni_hwaware.trial.entry import run_trial
+
     args = _parser().parse_args(argv)
-    try:
-        return _run(args)
-    except HwAwareError as err:
-        print(f"nni_hwaware.trial.gumbel_trial: error: {err}", file=sys.stderr)
-        return 2
+    return run_trial("nni_hwaware.trial.gumbel_trial", lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -109,7 +104,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from nni_hwaware.nni_fixes import supervise_trial
+    from nni_hwaware.trial.entry import trial_main
 
-    code = supervise_trial([sys.executable, "-m", "nni_hwaware.trial.gumbel_trial", *sys.argv[1:]])
-    raise SystemExit(main() if code is None else code)
+    trial_main("nni_hwaware.trial.gumbel_trial", main)

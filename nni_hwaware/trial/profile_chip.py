@@ -51,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from nni_hwaware.nni_fixes import supervise_trial
+    from nni_hwaware.trial.entry import trial_main
 
-    code = supervise_trial([sys.executable, "-m", "nni_hwaware.trial.profile_chip", *sys.argv[1:]])
-    raise SystemExit(main() if code is None else code)
+    trial_main("nni_hwaware.trial.profile_chip", main)

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["OUT_OF_MEMORY", "main", "trial_metrics"]
+__all__ = ["main", "trial_metrics"]
 
 
 def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float],
@@ -47,35 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Exit status of a trial that ran out of memory (2: any other clear error).
-OUT_OF_MEMORY = 3
-
-
-def _out_of_memory(err: BaseException) -> bool:
-    import torch
-
-    if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
-        return True
-    text = str(err)
-    return isinstance(err, RuntimeError) and any(
-        words in text for words in ("out of memory", "not enough memory", "can't allocate memory"))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the trial; a clear error is one line on stderr and a non-zero exit, so NNI marks it failed."""
+    from nni_hwaware.trial.entry import run_trial
+
     args = _parser().parse_args(argv)
-    try:
-        return _run(args)
-    except HwAwareError as err:
-        print(f"nni_hwaware.trial: error: {err}", file=sys.stderr)
-        return 2
-    except (MemoryError, RuntimeError) as err:
-        if not _out_of_memory(err):
-            raise
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        print(f"nni_hwaware.trial: error: out of memory ({first[:200]}); lower the batch size "
-              "(--train '{\"batch_size\": 32}') or train on a device with more memory", file=sys.stderr)
-        return OUT_OF_MEMORY
+    return run_trial("nni_hwaware.trial", lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -290,7 +290,7 @@ class PPOTuner(Tuner):
         done = self.search_trials is not None and searched >= self.search_trials
         if done and self.retrain is not None and not self._retrain_sent:
             self._retrain_sent = True
-            self._save()
+            self._save_state()
             return self._retrain_parameters()
         # NNI may ask for more trials than maxTrialNumber leaves room for (several slots
         # free at once); answering "no more" then would stop the queued retraining trial,
@@ -299,12 +299,12 @@ class PPOTuner(Tuner):
         if arch is None:
             if self.retrain is not None and not self._retrain_sent and search.history.order:
                 self._retrain_sent = True
-                self._save()
+                self._save_state()
                 return self._retrain_parameters()
             raise nni.NoMoreTrialError("every architecture under the budget has been tried")
         self._params[parameter_id] = arch
         self._sent.add(parameter_id)
-        self._save()  # in flight from now on: a resumed search must not propose it again
+        self._save_state()  # in flight from now on: a resumed search must not propose it again
         return {**arch, "_table": self.table_path, "_chip": self.model.chip if self.model else None}
 
     def _retrain_parameters(self) -> dict[str, Any]:
@@ -428,12 +428,17 @@ class PPOTuner(Tuner):
             return self._params[parameter_id]
         return {k: str(v) for k, v in parameters.items() if not k.startswith("_")}
 
-    def _save(self) -> None:
+    def _save_state(self) -> None:
+        """The state file only: what changes with a proposal."""
         if self.state_file and self.search is not None:
             import torch
 
             with atomic_open(self.state_file, "wb") as fh:
                 torch.save(self.state_dict(), fh)
+
+    def _save(self) -> None:
+        """The state file, the trial records and the counters: what changes with a result."""
+        self._save_state()
         if self.search is not None and (self.retrain is not None or _experiment_root() is not None):
             write_json(self.output_dir / "trials.json", self._results)
             write_json(self.output_dir / "tuner_stats.json", self.stats())

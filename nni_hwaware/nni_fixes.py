@@ -46,6 +46,13 @@ ways. Each fix here has a test in ``tests/test_nni_fixes.py`` that fails without
    parameters (part of microsoft/nni#5726). :func:`supervise_trial` asks for the
    parameters first thing, in a small process, and hands them to the trial
    (:func:`next_parameters`), so every started trial takes exactly one set.
+10. NNI 3.0's shape inference (``nni.nas.profiler.pytorch.utils``), which profiling
+    any model space builds on, fails on NasBench201: its ``Zero`` op multiplies by a
+    Python float (``x.mul(0.)``; NNI's broadcast formula expects two tensors) and its
+    cell sums ``torch.stack`` of its edges (no formula for ``stack`` or ``sum``); and
+    on torchvision's blocks (``Sigmoid``, ``SiLU``, ``Hardswish``, ... have no
+    formula). :func:`register_shape_formulas` adds these formulas, and lets a module
+    without one whose inputs have fixed shapes take its output shape from the dry run.
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ __all__ = [
     "import_nni_nas",
     "next_parameters",
     "outer_trial_reporter",
+    "register_shape_formulas",
     "supervise_trial",
 ]
 
@@ -254,3 +262,99 @@ def supervise_trial(command: list[str]) -> int | None:
               "see `dmesg` and lower the batch size or the trial concurrency", file=sys.stderr)
         return 128 - code
     return code
+
+
+# -- 10. shape formulas NNI's shape inference lacks ----------------------------------
+
+_SHAPE_FORMULAS_REGISTERED = False
+
+
+def register_shape_formulas() -> None:
+    """Add the shape formulas NasBench201 needs to NNI's shape inference (idempotent).
+
+    * ``add`` / ``mul`` with a Python number (``x.mul(0.)``): the tensor's shape;
+    * ``stack(tensors, dim)``: a new dimension of size ``len(tensors)``;
+    * ``sum(x, dim, keepdim)``: the reduced shape.
+    """
+    global _SHAPE_FORMULAS_REGISTERED
+    if _SHAPE_FORMULAS_REGISTERED:
+        return
+    import torch
+    from nni.nas.profiler.pytorch.utils import shape_formula
+    from nni.nas.profiler.pytorch.utils.shape import MutableShape, ShapeTensor
+
+    broadcast = shape_formula.aten_shape_broadcast
+
+    def scalar_safe_broadcast(fn: Any, x: Any, y: Any, **kwargs: Any) -> Any:
+        if not isinstance(y, ShapeTensor):
+            return x.real_shape
+        if not isinstance(x, ShapeTensor):
+            return y.real_shape
+        return broadcast(fn, x, y, **kwargs)
+
+    def stack(fn: Any, tensors: list[Any], dim: int = 0, **kwargs: Any) -> Any:
+        shape = list(shape_formula.ensure_shape(tensors[0]))
+        dim = dim + len(shape) + 1 if dim < 0 else dim
+        return MutableShape(*shape[:dim], len(tensors), *shape[dim:])
+
+    def reduce_sum(fn: Any, x: Any, dim: list[int] | int | None = None, keepdim: bool = False,
+                   **kwargs: Any) -> Any:
+        shape = list(shape_formula.ensure_shape(x))
+        if dim is None:
+            return MutableShape()
+        dims = {d % len(shape) for d in ([dim] if isinstance(dim, int) else dim)}
+        if keepdim:
+            return MutableShape(*[1 if i in dims else s for i, s in enumerate(shape)])
+        return MutableShape(*[s for i, s in enumerate(shape) if i not in dims])
+
+    aten, formulas = torch.ops.aten, shape_formula._shape_inference_formulas
+    from torch import nn
+
+    for module_class in (nn.ReLU, nn.ReLU6, nn.Sigmoid, nn.SiLU, nn.Hardswish, nn.Hardsigmoid, nn.GELU,
+                         nn.Tanh, nn.LeakyReLU, nn.ELU, nn.Identity, nn.Dropout2d, nn.BatchNorm1d,
+                         nn.GroupNorm, nn.InstanceNorm2d, nn.Softmax):
+        formulas.setdefault(module_class, shape_formula.keep_shape_formula)
+    for name in ("sigmoid", "sigmoid_", "silu", "silu_", "tanh", "hardtanh", "clone", "contiguous",
+                 "leaky_relu", "elu", "relu6", "dropout", "native_dropout"):
+        op = getattr(aten, name, None)
+        if op is not None:
+            formulas.setdefault(op, shape_formula.keep_first_shape_formula)
+            if hasattr(op, "default"):
+                formulas.setdefault(op.default, shape_formula.keep_first_shape_formula)
+    _fall_back_to_dry_run()
+    for op in (aten.add.Tensor, aten.add, aten.mul.Tensor, aten.mul):
+        formulas[op] = scalar_safe_broadcast
+    for op in (aten.stack.default, aten.stack):
+        formulas[op] = stack
+    for op in (aten.sum.dim_IntList, aten.sum):
+        formulas[op] = reduce_sum
+    _SHAPE_FORMULAS_REGISTERED = True
+
+
+def _fall_back_to_dry_run() -> None:
+    """A module with no formula, called on inputs of fixed shapes, gets its outputs' dry-run shapes."""
+    import torch
+    from nni.nas.profiler.pytorch.utils import shape as shape_module
+
+    original = shape_module._module_shape_inference_impl
+
+    def infer(module: Any, outputs: Any, *args: Any, is_leaf: Any = None, **kwargs: Any) -> Any:
+        try:
+            return original(module, outputs, *args, is_leaf=is_leaf, **kwargs)
+        except RuntimeError:
+            inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+            fixed = all(isinstance(a, shape_module.ShapeTensor) and a.real_shape is not None
+                        and not a.real_shape.is_mutable() and tuple(a.real_shape) == tuple(a.elem.shape)
+                        for a in inputs)
+            if not inputs or not fixed:
+                raise
+            from torch.utils._pytree import tree_map
+
+            def assign(t: Any) -> Any:
+                if isinstance(t, shape_module.ShapeTensor) and t.real_shape is None:
+                    t.real_shape = shape_module.MutableShape(*t.elem.shape)
+                return t
+
+            return tree_map(assign, outputs)
+
+    shape_module._module_shape_inference_impl = infer

@@ -254,3 +254,43 @@ def test_next_parameters_takes_the_handed_record(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(nni.trial, "_params", None)
     assert nni_fixes.next_parameters() == {"x": 1}
     assert nni.trial._params == record  # results then carry parameter id 7
+
+
+# -- 10. shape formulas for NasBench201 and torchvision's blocks ---------------------------
+
+_NB201_SHAPES = """
+import sys, torch, warnings
+warnings.filterwarnings("ignore")
+from nni.nas.hub.pytorch import NasBench201
+from nni.nas.profiler.pytorch.utils import ShapeTensor, submodule_input_output_shapes
+if sys.argv[1] == "fixed":
+    from nni_hwaware.nni_fixes import register_shape_formulas
+    register_shape_formulas()
+try:
+    shapes = submodule_input_output_shapes(NasBench201().eval(), ShapeTensor(torch.randn(1, 3, 32, 32), True))
+    print("OUT", tuple(shapes["classifier"][1]))
+except RuntimeError as err:
+    print("FAILED", str(err).splitlines()[0][:80])
+"""
+
+
+@pytest.mark.parametrize("mode", ["plain", "fixed"])
+def test_shape_inference_of_nasbench201_needs_the_formulas(mode: str) -> None:
+    out = subprocess.run([sys.executable, "-c", _NB201_SHAPES, mode], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    if mode == "plain":
+        assert "FAILED" in out and "Zero" in out
+    else:
+        assert "OUT (1, 10)" in out
+
+
+def test_a_block_without_a_formula_takes_its_dry_run_shape() -> None:
+    import torch
+    from nni.nas.profiler.pytorch.utils import ShapeTensor, submodule_input_output_shapes
+    from torchvision.ops import SqueezeExcitation
+
+    nni_fixes.register_shape_formulas()
+    block = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), SqueezeExcitation(8, 2),
+                                torch.nn.Mish())  # Mish: no NNI formula
+    shapes = submodule_input_output_shapes(block, ShapeTensor(torch.randn(1, 3, 9, 9), True))
+    assert tuple(shapes["2"][1]) == (1, 8, 4, 4)

@@ -9,8 +9,11 @@ column               type   meaning
 ===================  =====  ==========================================================
 **key**
 ``block``            str    block name, e.g. ``"mbconv3_k5"``, ``"stem"``, ``"head"``
-``kind``             str    ``"candidate"`` (searchable choice), ``"fixed"`` (stem, head)
-                            or ``"network"`` (per-network overhead, see below)
+``kind``             str    ``"candidate"`` (searchable choice), ``"fixed"`` (stem, head),
+                            ``"network"`` (per-network overhead, see below) or ``"leaf"``
+                            (a leaf of any model space, :mod:`nni_hwaware.cost_model`:
+                            ``block`` names its module spec, ``input_shape`` is per-sample
+                            sizes of any rank, ``";"`` between inputs)
 ``input_shape``      str    per-sample input shape ``"CxHxW"``, e.g. ``"64x32x32"``
 ``out_channels``     int    output channels
 ``stride``           int    stride
@@ -76,7 +79,7 @@ MEASURE_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 META_COLUMNS: tuple[str, ...] = ("torch_version", "threads", "profiled_at", "device", "providers")
 COLUMNS: tuple[str, ...] = KEY_COLUMNS + MEASURE_COLUMNS + META_COLUMNS
-KINDS: tuple[str, ...] = ("candidate", "fixed", "network")
+KINDS: tuple[str, ...] = ("candidate", "fixed", "network", "leaf")
 
 _NONEMPTY = ("block", "kind", "input_shape", "chip", "backend")
 _STR = (*_NONEMPTY, "torch_version", "profiled_at", "device", "providers")
@@ -87,6 +90,8 @@ _BLOCK = ["block", "input_shape", "out_channels", "stride"]
 _POSITIVE = ("latency_ms", "peak_flops")  # > 0; every other number is >= 0, these >= 1:
 _AT_LEAST_1 = ("runs", "out_channels", "stride", "batch_size")
 _SHAPE = re.compile(r"[1-9]\d*x[1-9]\d*x[1-9]\d*")
+#: A leaf of any model space: per-sample shapes of any rank, ";" between inputs.
+_LEAF_SHAPE = re.compile(r"[1-9]\d*(x[1-9]\d*)*(;[1-9]\d*(x[1-9]\d*)*)*")
 
 
 @dataclass(frozen=True)
@@ -175,8 +180,11 @@ def _normalise(frame: pd.DataFrame) -> pd.DataFrame:
             num = num.astype("int64")
         df[col] = num if col in _INT else num.astype("float64")
     _fail_rows(df, ~df["kind"].isin(KINDS), "kind", " or ".join(map(repr, KINDS)), fix)
-    _fail_rows(df, ~df["input_shape"].str.fullmatch(_SHAPE.pattern), "input_shape",
+    leaf = df["kind"].isin(["leaf", "network"])
+    _fail_rows(df, ~leaf & ~df["input_shape"].str.fullmatch(_SHAPE.pattern), "input_shape",
                "'CxHxW' with positive integers, e.g. '64x32x32'", fix)  # fmt: skip
+    _fail_rows(df, leaf & ~df["input_shape"].str.fullmatch(_LEAF_SHAPE.pattern), "input_shape",  # any space
+               "per-sample sizes joined by 'x', inputs by ';', e.g. '64x32x32;64x32x32'", fix)  # fmt: skip
     for col in _INT + _FLOAT:
         low, strict = (1, False) if col in _AT_LEAST_1 else (0, col in _POSITIVE)
         bad = df[col] <= low if strict else df[col] < low

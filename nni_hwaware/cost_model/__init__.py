@@ -1,0 +1,37 @@
+"""The cost model of any NNI model space: costs as small factors over the space's labels.
+
+* :func:`find_leaves` breaks a space into the leaves a cost table measures;
+* :func:`profile_model_space` measures each distinct leaf once on this chip;
+* :func:`space_cost_model` builds a :class:`SpaceCostModel` from the table;
+* :func:`choice_cost_model` builds one from a plain table of per-choice costs
+  (a tabular benchmark, nn-Meter, a vendor's profiler).
+"""
+
+from __future__ import annotations
+
+from nni_hwaware.cost_model.choices import choice_cost_model, load_choice_table
+from nni_hwaware.cost_model.leaves import LeafEntry, LeafTerm, SpaceLeaves, find_leaves, space_choices
+from nni_hwaware.cost_model.model import ADDITIVE, CostFactor, SpaceCostModel
+from nni_hwaware.cost_model.profile import (
+    measure_samples,
+    profile_model_space,
+    random_samples,
+    space_cost_model,
+)
+
+__all__ = [
+    "ADDITIVE",
+    "CostFactor",
+    "LeafEntry",
+    "LeafTerm",
+    "SpaceCostModel",
+    "SpaceLeaves",
+    "choice_cost_model",
+    "find_leaves",
+    "load_choice_table",
+    "measure_samples",
+    "profile_model_space",
+    "random_samples",
+    "space_choices",
+    "space_cost_model",
+]

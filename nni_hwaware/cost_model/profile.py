@@ -1,0 +1,235 @@
+"""Profile any NNI model space on one chip, and build its cost model from the table.
+
+:func:`profile_model_space` measures every distinct leaf entry of the space
+(:mod:`nni_hwaware.cost_model.leaves`) once, with the same timing rule as every
+cost table (:func:`nni_hwaware.profiling.measure_module`: warm-up, 5 ms samples
+until the coefficient of variation is at most 5 %, median, outliers dropped,
+fixed thread count, ``torch.inference_mode``), FLOPs with ``FlopCounterMode``,
+weights, and the peak of live activations (the leaf's input included). Entries a
+given table already holds are not measured again.
+
+What no leaf covers (a cell's sum of its edges, a residual add around a choice,
+the framework's per-call overhead of a whole network, caches that a leaf timed on
+its own finds warm) is one per-network term: a few random networks of the space
+are measured end to end and the median gap between measured and summed latency is
+stored as the table's ``network`` row of the space, which every prediction adds.
+
+:func:`space_cost_model` turns the table's rows into a
+:class:`~nni_hwaware.cost_model.model.SpaceCostModel` (no measuring).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from nni_hwaware.cost_model.leaves import SpaceLeaves, find_leaves
+from nni_hwaware.cost_model.model import ADDITIVE, CostFactor, SpaceCostModel
+from nni_hwaware.cost_table.table import CostTable
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.profiling import BYTES_PER_MB, detect_chip, fixed_threads, measure_module, measure_peak_flops
+
+__all__ = ["TIMING", "measure_samples", "profile_model_space", "random_samples", "space_cost_model"]
+
+#: Timing options of tables and of the networks they are checked against (5 ms samples).
+TIMING: dict[str, float] = {"min_sample_ms": 5.0}
+#: An entry whose spread stays above ``target_cv`` is measured again, at most this often.
+RETRIES = 2
+
+
+def _fingerprint(leaves: SpaceLeaves) -> str:
+    text = repr(sorted((label, [repr(v) for v in values]) for label, values in leaves.choices.items()))
+    text += "|" + "|".join(sorted(e.block for e in leaves.entries))
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def network_block(leaves: SpaceLeaves) -> str:
+    """The ``block`` of a space's per-network row: one per distinct space."""
+    return f"network-{_fingerprint(leaves)}"
+
+
+def random_samples(choices: Mapping[str, list[Any]], k: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``k`` distinct random samples of a space (fewer if the space is smaller), seeded."""
+    rng = np.random.default_rng(seed)
+    size = math.prod(len(v) for v in choices.values())
+    seen: dict[tuple[int, ...], dict[str, Any]] = {}
+    while len(seen) < min(k, size):
+        at = tuple(int(rng.integers(len(v))) for v in choices.values())
+        seen.setdefault(at, {label: values[j] for (label, values), j in zip(choices.items(), at, strict=True)})
+    return list(seen.values())
+
+
+def _measure(module: nn.Module, shape: tuple[int, ...], *, target_cv: float, **options: Any) -> Any:
+    cost = measure_module(module, shape, **options)
+    for _ in range(RETRIES):
+        if cost.latency.cv <= target_cv:
+            break
+        again = measure_module(module, shape, **options)
+        cost = min(cost, again, key=lambda c: c.latency.cv)
+    return cost
+
+
+def measure_samples(space: nn.Module, samples: list[dict[str, Any]], input_shape: tuple[int, ...], *,
+                    backend: str = "torch", device: str = "cpu", batch_size: int = 1,
+                    threads: int | None = 1, seed: int = 0, progress: bool = True,
+                    **timing: float) -> pd.DataFrame:
+    """Measure whole networks of ``space`` end to end: latency_ms, memory_mb, flops, params."""
+    timing = {**TIMING, **timing}
+    input_mb = 4 * batch_size * math.prod(input_shape) / BYTES_PER_MB
+    records = []
+    for sample in tqdm(samples, desc="measuring networks", disable=not progress, unit="net"):
+        network = space.freeze(sample)
+        cost = measure_module(network, input_shape, batch_size=batch_size, backend=backend, device=device,
+                              threads=threads, seed=seed, **timing)
+        records.append({"latency_ms": cost.latency.median_ms, "latency_cv": cost.latency.cv,
+                        "memory_mb": cost.memory_mb + input_mb, "flops": cost.flops, "params": cost.params})
+    return pd.DataFrame.from_records(records)
+
+
+def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: str | None = None,
+                        backend: str = "torch", device: str = "cpu", batch_size: int = 1,
+                        threads: int | None = 1, peak_flops: float | None = None, seed: int = 0,
+                        progress: bool = True, table: CostTable | None = None,
+                        calibration_samples: int = 8, leaves: SpaceLeaves | None = None,
+                        **timing: float) -> CostTable:
+    """Measure every distinct leaf of ``space`` on this machine's chip; returns the whole table.
+
+    ``dummy_input`` is one input of the space (batch 1). Rows already in ``table`` (same
+    block, shape, chip, backend and batch size) are kept and not measured again;
+    the result holds them and the new rows. ``threads`` is the intra-op thread count (1
+    by default: the steadiest on a shared CPU); ``peak_flops`` the chip's peak ``C``
+    (measured by a short matrix-multiply benchmark when not given);
+    ``calibration_samples`` whole networks set the per-network term (0: none).
+    """
+    if peak_flops is not None and not (math.isfinite(peak_flops) and peak_flops > 0):
+        raise HwAwareError(f"peak_flops must be a positive number of FLOP/s, got {peak_flops}")
+    leaves = leaves or find_leaves(space, dummy_input)
+    timing = {**TIMING, **timing}
+    target_cv = float(timing.get("target_cv", 0.05))
+    with fixed_threads(threads) as n_threads:
+        info = detect_chip(device, n_threads)
+        chip = chip or info.name
+        have: set[tuple[str, str]] = set()
+        if table is not None and len(table):
+            frame = table.frame
+            frame = frame[(frame.chip == chip) & (frame.backend == backend) & (frame.batch_size == batch_size)]
+            have = set(zip(frame.block, frame.input_shape, strict=True))
+        todo = [i for i, e in enumerate(leaves.entries) if (e.block, e.shape_str) not in have]
+        peak = peak_flops if peak_flops is not None else (
+            _table_peak(table, chip) or measure_peak_flops(device))
+        records = []
+        for i in tqdm(todo, desc=f"profiling on {chip}", disable=not progress, unit="leaf"):
+            entry, module = leaves.entries[i], leaves.modules[i]
+            cost = _measure(module, entry.input_shapes[0], target_cv=target_cv, batch_size=batch_size,
+                            backend=backend, device=device, threads=n_threads, seed=seed, **timing)
+            input_mb = 4 * batch_size * sum(math.prod(s) for s in entry.input_shapes) / BYTES_PER_MB
+            activation_mb = cost.activation_mb + input_mb
+            latency = cost.latency
+            records.append({
+                "block": entry.block, "kind": "leaf", "input_shape": entry.shape_str,
+                "out_channels": max(1, entry.output_shape[0] if entry.output_shape else 1), "stride": 1,
+                "chip": chip, "backend": backend, "batch_size": batch_size,
+                "latency_ms": latency.median_ms, "latency_std_ms": latency.std_ms,
+                "latency_cv": latency.cv, "runs": latency.runs,
+                "param_mb": cost.param_mb, "activation_mb": activation_mb,
+                "memory_mb": cost.param_mb + activation_mb,
+                "flops": cost.flops, "params": cost.params, "peak_flops": peak,
+                "utilisation": cost.flops / (latency.median_ms / 1000 * peak),
+                "torch_version": torch.__version__, "threads": n_threads,
+                "profiled_at": dt.date.today().isoformat(), "device": info.device,
+                "providers": cost.providers,
+                "spec": entry.spec, "output_shape": "x".join(map(str, entry.output_shape)),
+            })
+        new = CostTable.from_records(records) if records else None
+        result = table.merge(new) if (table is not None and new is not None) else (new or table)
+        if result is None:
+            raise HwAwareError("the space has no leaves to profile")
+        block = network_block(leaves)
+        frame = result.frame
+        calibrated = ((frame.block == block) & (frame.chip == chip) & (frame.backend == backend)
+                      & (frame.batch_size == batch_size)).any()
+        if calibration_samples > 0 and not calibrated:
+            template = records[0] if records else result.frame.iloc[0].to_dict()
+            result = result.merge(_network_row(
+                space, leaves, result, calibration_samples, chip=chip, backend=backend, device=device,
+                batch_size=batch_size, threads=n_threads, seed=seed, progress=progress,
+                template=template, **timing))
+    return result
+
+
+def _table_peak(table: CostTable | None, chip: str) -> float | None:
+    if table is None or not len(table):
+        return None
+    frame = table.frame
+    rows = frame[frame.chip == chip]
+    return float(rows.peak_flops.iloc[0]) if len(rows) else None
+
+
+def _network_row(space: nn.Module, leaves: SpaceLeaves, table: CostTable, k: int, *, chip: str,
+                 backend: str, device: str, batch_size: int, threads: int, seed: int, progress: bool,
+                 template: dict[str, Any], **timing: float) -> CostTable:
+    """The per-network row: median of (measured - summed) latency over ``k`` random networks."""
+    model = space_cost_model(leaves, table, chip=chip, backend=backend, batch_size=batch_size,
+                             with_network_term=False)
+    samples = random_samples(leaves.choices, k, seed=seed + 1_000_003)
+    measured = measure_samples(space, samples, leaves.input_shape, backend=backend, device=device,
+                               batch_size=batch_size, threads=threads, seed=seed, progress=progress,
+                               **timing)
+    gaps = measured["latency_ms"].to_numpy() - [model.predict(s).latency_ms for s in samples]
+    overhead = max(float(np.median(gaps)), 1e-6)
+    keep = {c: template[c] for c in template if c not in ("spec", "output_shape")}
+    row = {**keep, "block": network_block(leaves), "kind": "network",
+           "input_shape": "x".join(map(str, leaves.input_shape)), "out_channels": 1, "stride": 1,
+           "latency_ms": overhead, "latency_std_ms": float(np.std(gaps)),
+           "latency_cv": float(np.std(gaps)) / float(measured["latency_ms"].mean()),
+           "runs": len(samples), "param_mb": 0.0, "activation_mb": 0.0, "memory_mb": 0.0,
+           "flops": 0, "params": 0, "utilisation": 0.0}
+    return CostTable.from_records([row])
+
+
+def space_cost_model(leaves: SpaceLeaves, table: CostTable, *, chip: str | None = None,
+                     backend: str = "torch", batch_size: int = 1, name: str = "space",
+                     with_network_term: bool = True) -> SpaceCostModel:
+    """The cost model of a space from its leaves and a table that holds every leaf's row."""
+    if chip is None:
+        chips = table.chips()
+        if len(chips) != 1:
+            raise HwAwareError(f"the cost table has chips {chips}; choose one with chip=...")
+        chip = chips[0]
+    frame = table.select(chip=chip, backend=backend, batch_size=batch_size).frame
+    rows = frame.set_index(["block", "input_shape"])
+    rows = rows[~rows.index.duplicated()]
+    wanted = pd.MultiIndex.from_tuples([(e.block, e.shape_str) for e in leaves.entries])
+    missing = ~wanted.isin(rows.index)
+    if missing.any():
+        first = leaves.entries[int(np.argmax(missing))]
+        raise HwAwareError(
+            f"the cost table has no row for {int(missing.sum())} of the space's {len(wanted)} leaves on chip "
+            f"{chip!r} (backend {backend!r}, batch size {batch_size}), e.g. {first.block} at {first.shape_str}; "
+            "profile the space on that chip (nni-hwaware profile --space ...)")
+    found = rows.loc[wanted]
+    metrics = {m: found[m].to_numpy(dtype=float) for m in (*ADDITIVE, "activation_mb")}
+    factors = []
+    for term in leaves.terms:
+        shape = tuple(len(leaves.choices[label]) for label in term.labels)
+        costs = {m: np.zeros(shape) for m in metrics}
+        for at, index in term.entries.items():
+            for m, values in metrics.items():
+                costs[m][at] = values[index]
+        factors.append(CostFactor(term.labels, costs))
+    fixed = {m: 0.0 for m in metrics}
+    overhead = frame[(frame.block == network_block(leaves)) & (frame.kind == "network")]
+    if with_network_term and len(overhead):
+        fixed["latency_ms"] = float(overhead.latency_ms.iloc[0])
+    threads = int(found["threads"].iloc[0]) if len(found) else 0
+    return SpaceCostModel(leaves.choices, factors, fixed, chip=chip, backend=backend, batch_size=batch_size,
+                          name=name, peak_flops=float(found["peak_flops"].iloc[0]), threads=threads or None)

@@ -1,0 +1,205 @@
+"""The cost model of any NNI model space: factors, prediction, expectation, bounds, profiling."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+import nni
+from nni_hwaware.cost_model import (
+    CostFactor,
+    SpaceCostModel,
+    choice_cost_model,
+    find_leaves,
+    profile_model_space,
+    space_choices,
+    space_cost_model,
+)
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.nni_fixes import import_nni_nas
+from nni_hwaware.profiling import count_flops, count_params
+
+_nas = import_nni_nas()
+
+
+def hand_model() -> SpaceCostModel:
+    """Three labels; one factor couples a and b (a layer whose input width b chooses)."""
+    choices = {"a": ["x", "y"], "b": [8, 16, 32], "c": ["p", "q"]}
+    factors = [
+        CostFactor(("a",), {"latency_ms": np.array([1.0, 2.0]), "param_mb": np.array([0.1, 0.2]),
+                            "activation_mb": np.array([0.5, 0.1]), "flops": np.array([10, 20]),
+                            "params": np.array([1, 2])}),
+        # given as (b, a): the model reorders it to the space's order (a, b)
+        CostFactor(("b", "a"), {"latency_ms": np.array([[1.0, 5.0], [2.0, 6.0], [3.0, 7.0]]),
+                                "param_mb": np.zeros((3, 2)), "activation_mb": np.array([[0.2, 0.2], [0.4, 0.4], [0.8, 0.8]]),
+                                "flops": np.ones((3, 2)), "params": np.zeros((3, 2))}),
+        CostFactor(("c",), {"latency_ms": np.array([0.5, 0.0]), "param_mb": np.array([1.0, 0.0]),
+                            "activation_mb": np.zeros(2), "flops": np.zeros(2), "params": np.array([100, 0])}),
+    ]
+    return SpaceCostModel(choices, factors, {"latency_ms": 10.0, "param_mb": 2.0, "activation_mb": 0.3,
+                                             "flops": 1000, "params": 50})
+
+
+def test_prediction_is_the_sum_of_factors_and_the_largest_activation() -> None:
+    model = hand_model()
+    cost = model.predict({"a": "y", "b": 16, "c": "p"})
+    assert cost.latency_ms == pytest.approx(10 + 2 + 6 + 0.5)
+    assert cost.param_mb == pytest.approx(2 + 0.2 + 0 + 1)
+    assert cost.activation_mb == pytest.approx(0.4)  # max(0.3 fixed, 0.1, 0.4, 0)
+    assert cost.memory_mb == pytest.approx(3.2 + 0.4)
+    assert (cost.flops, cost.params) == (1000 + 20 + 1, 50 + 2 + 100)
+
+
+def test_a_sample_that_does_not_fit_gets_one_line() -> None:
+    model = hand_model()
+    with pytest.raises(HwAwareError, match=r"b=12, allowed: \[8, 16, 32\]"):
+        model.predict({"a": "x", "b": 12, "c": "p"})
+    with pytest.raises(HwAwareError, match="no value for \\['c'\\]"):
+        model.predict({"a": "x", "b": 8})
+
+
+def test_expected_cost_is_the_exact_mean_over_samples() -> None:
+    model = hand_model()
+    gen = torch.Generator().manual_seed(0)
+    probs = {label: torch.rand(len(values), generator=gen).softmax(0).requires_grad_()
+             for label, values in model.choices().items()}
+    expected = model.expected(probs)
+    mean = {"latency_ms": 0.0, "flops": 0.0, "params": 0.0, "param_mb": 0.0}
+    for at in itertools.product(*(range(len(v)) for v in model.candidates)):
+        weight = math.prod(float(probs[label][j]) for label, j in zip(model.labels, at, strict=True))
+        cost = model.predict_indices(at)
+        for key in mean:
+            mean[key] += weight * getattr(cost, key)
+    for key, value in mean.items():
+        assert float(expected[key]) == pytest.approx(value, rel=1e-5)
+    expected["latency_ms"].backward()
+    # d E[lat] / d p_c = lat_c: the gradient reaches every label's probabilities
+    assert probs["c"].grad.tolist() == pytest.approx([0.5, 0.0])
+    one_hot = {label: torch.nn.functional.one_hot(torch.tensor(j), len(v)).float()
+               for (label, v), j in zip(model.choices().items(), (1, 2, 0), strict=True)}
+    assert float(model.expected(one_hot)["memory_mb"]) == pytest.approx(model.predict_indices((1, 2, 0)).memory_mb)
+
+
+def test_lower_bounds_never_exceed_a_completion_and_are_exact_for_one_label_factors() -> None:
+    model = hand_model()
+    for prefix_len in range(3):
+        for prefix in itertools.product(*(range(len(v)) for v in model.candidates[:prefix_len])):
+            bounds = model.lower_bounds(list(prefix))
+            for j in range(len(model.candidates[prefix_len])):
+                rest = itertools.product(*(range(len(v)) for v in model.candidates[prefix_len + 1:]))
+                costs = [model.predict_indices((*prefix, j, *r)) for r in rest]
+                best = min(c.latency_ms for c in costs)
+                assert bounds["latency_ms"][j] == pytest.approx(best)  # no label shared by two open factors
+                assert bounds["memory_mb"][j] <= min(c.memory_mb for c in costs) + 1e-9
+
+
+def test_restrict_keeps_the_costs_of_the_kept_values() -> None:
+    model = hand_model()
+    small = model.restrict({"b": [32, 8]})
+    assert small.candidates[1] == [32, 8] and small.size() == 8
+    sample = {"a": "y", "b": 32, "c": "q"}
+    assert small.predict(sample) == model.predict(sample)
+    with pytest.raises(HwAwareError, match="cannot keep"):
+        model.restrict({"b": [64]})
+
+
+def test_choice_table_builds_a_model_from_per_choice_costs(tmp_path) -> None:
+    path = tmp_path / "costs.csv"
+    pd.DataFrame([
+        {"label": "_fixed", "value": "", "latency_ms": 1.0, "memory_mb": 0.5, "flops": 100, "params": 10},
+        {"label": "e0", "value": "conv", "latency_ms": 2.0, "memory_mb": 0.25, "flops": 50, "params": 5},
+        {"label": "e0", "value": "skip", "latency_ms": 0.5, "memory_mb": 0.0, "flops": 0, "params": 0},
+        {"label": "depth", "value": "2", "latency_ms": 3.0, "memory_mb": 1.0, "flops": 70, "params": 7},
+        {"label": "depth", "value": "1", "latency_ms": 1.5, "memory_mb": 0.5, "flops": 35, "params": 3},
+    ]).to_csv(path, index=False)
+    model = choice_cost_model(path, choices={"e0": ["skip", "conv"], "depth": [1, 2]})
+    cost = model.predict({"e0": "conv", "depth": 2})
+    assert (cost.latency_ms, cost.memory_mb, cost.flops, cost.params) == (6.0, 1.75, 220, 22)
+    assert model.candidates == [["skip", "conv"], [1, 2]]  # the space's order and types
+    with pytest.raises(HwAwareError, match="no row for e0='pool'"):
+        choice_cost_model(path, choices={"e0": ["skip", "conv", "pool"], "depth": [1, 2]})
+    bad = pd.read_csv(path)
+    bad.loc[1, "latency_ms"] = -1
+    with pytest.raises(HwAwareError, match="row 1 .*latency_ms"):
+        choice_cost_model(bad)
+
+
+class UserSpace(_nas.ModelSpace):
+    """A user's space: a width choice, a LayerChoice whose candidates depend on it, a Repeat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        width = nni.choice("width", [4, 8])
+        self.stem = nn.Sequential(_nas.MutableConv2d(1, width, 3, padding=1), _nas.MutableBatchNorm2d(width),
+                                  nn.ReLU())
+        self.op = _nas.LayerChoice({
+            "conv3": _nas.MutableConv2d(width, width, 3, padding=1),
+            "conv1": _nas.MutableConv2d(width, width, 1),
+            "skip": nn.Identity(),
+        }, label="op")
+        self.widen = _nas.MutableConv2d(width, 8, 1)
+        self.body = _nas.Repeat(lambda index: nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()),
+                                depth=nni.choice("depth", [1, 2, 3]))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(self.widen(self.op(self.stem(x)))))
+
+
+def test_leaves_of_a_user_space_follow_its_choices() -> None:
+    leaves = find_leaves(UserSpace(), torch.randn(1, 1, 8, 8))
+    assert leaves.choices == {"width": [4, 8], "op": ["conv3", "conv1", "skip"], "depth": [1, 2, 3]}
+    by_path = {t.path: t.labels for t in leaves.terms}
+    assert by_path["op.conv3"] == ("width", "op")  # its size follows width, it exists when op == conv3
+    assert by_path["body.blocks.2"] == ("depth",)  # the third block exists when depth >= 3
+    assert by_path["head"] == ()
+    third = next(t for t in leaves.terms if t.path == "body.blocks.2")
+    assert sorted(third.entries) == [(2,)]
+    # the three body blocks are one entry, measured once
+    assert len({t.entries[(2,)] for t in leaves.terms if t.path.startswith("body")}) == 1
+
+
+def test_profiled_user_space_predicts_flops_and_params_of_every_network_exactly() -> None:
+    space = UserSpace()
+    x = torch.randn(1, 1, 8, 8)
+    table = profile_model_space(space, x, progress=False, peak_flops=1e10, calibration_samples=2,
+                                max_seconds=0.3)
+    model = space_cost_model(find_leaves(space, x), table, name="user")
+    assert model.size() == 18
+    for at in itertools.product(*(range(len(v)) for v in model.candidates)):
+        sample = model.sample_of(at)
+        network = space.freeze(sample).eval()
+        cost = model.predict(sample)
+        assert cost.flops == count_flops(network, x)
+        assert cost.params == count_params(network)
+    assert (table.frame.kind == "network").sum() == 1
+    # profiling again with the table measures nothing new
+    again = profile_model_space(space, x, progress=False, table=table, calibration_samples=2)
+    assert len(again) == len(table)
+
+
+def test_bad_spaces_get_one_line() -> None:
+    class Numerical(_nas.ModelSpace):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = _nas.MutableConv2d(1, 4, 3)
+            self.rate = nni.uniform("rate", 0.0, 1.0)
+            self.add_mutable(self.rate)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv(x)
+
+    with pytest.raises(HwAwareError, match="'rate' is a Numerical, not a categorical choice") as info:
+        space_choices(Numerical())
+    assert "\n" not in str(info.value)
+    with pytest.raises(HwAwareError, match=r"cannot trace the space with an input of shape \(1, 3, 8, 8\)") as info:
+        find_leaves(UserSpace(), torch.randn(1, 3, 8, 8))
+    assert "\n" not in str(info.value)
+    with pytest.raises(HwAwareError, match="batch dimension"):
+        find_leaves(UserSpace(), torch.randn(8))

@@ -203,3 +203,61 @@ def test_bad_spaces_get_one_line() -> None:
     assert "\n" not in str(info.value)
     with pytest.raises(HwAwareError, match="batch dimension"):
         find_leaves(UserSpace(), torch.randn(8))
+
+
+# -- pruning and budgets on any space ---------------------------------------------------
+
+
+def test_pruning_scores_every_value_and_narrows_an_nni_space() -> None:
+    from nni_hwaware.pruning import narrow_space, prune_choices
+
+    choices = {"width": [4, 8], "op": ["conv3", "conv1", "skip"], "depth": [1, 2, 3]}
+    # S = U * P with C = 1e3: width 8 scores 8 * 20/(1 * 1) ... computed by hand below
+    frame = pd.DataFrame([
+        {"label": "width", "value": 4, "latency_ms": 1000.0, "memory_mb": 0, "flops": 1e3, "params": 1},    # S = 1
+        {"label": "width", "value": 8, "latency_ms": 1000.0, "memory_mb": 0, "flops": 3e3, "params": 1},    # S = 3
+        {"label": "op", "value": "conv3", "latency_ms": 1000.0, "memory_mb": 0, "flops": 1e3, "params": 9},  # S = 9
+        {"label": "op", "value": "conv1", "latency_ms": 1000.0, "memory_mb": 0, "flops": 1e3, "params": 1},  # S = 1
+        {"label": "op", "value": "skip", "latency_ms": 1000.0, "memory_mb": 0, "flops": 0, "params": 0},    # S = 0
+        {"label": "depth", "value": 1, "latency_ms": 1000.0, "memory_mb": 0, "flops": 1e3, "params": 1},    # S = 1
+        {"label": "depth", "value": 2, "latency_ms": 1000.0, "memory_mb": 0, "flops": 2e3, "params": 2},    # S = 4
+        {"label": "depth", "value": 3, "latency_ms": 1000.0, "memory_mb": 0, "flops": 3e3, "params": 3},    # S = 9
+    ])
+    model = choice_cost_model(frame, choices=choices, peak_flops=1e3)
+    result = prune_choices(model, mode="layer-mean", always_keep=["skip"])
+    # means: width 2 -> {8}; op 10/3 -> {conv3} + skip kept; depth 14/3 -> {3}
+    assert result.allowed == {"width": [8], "op": ["conv3", "skip"], "depth": [3]}
+    assert result.sizes() == (18, 2)
+    assert result.model.size() == 2
+    # global mean 28/8 = 3.5: depth 2 (S = 4) stays, width 4 (S = 3) goes
+    assert prune_choices(model, mode="global-mean").allowed == {"width": [8], "op": ["conv3"], "depth": [2, 3]}
+
+    space = narrow_space(UserSpace(), result.allowed)
+    assert {label: list(m.values) for label, m in space.simplify().items()} == result.allowed
+    assert sorted(space.op.names) == ["conv3", "skip"] and not hasattr(space.op, "conv1")
+    for sample in ({"width": 8, "op": "skip", "depth": 3}, {"width": 8, "op": "conv3", "depth": 3}):
+        assert space.freeze(sample)(torch.randn(2, 1, 8, 8)).shape == (2, 10)
+    leaves = find_leaves(space, torch.randn(1, 1, 8, 8))
+    assert leaves.choices == result.allowed
+    assert list(UserSpace().simplify()["op"].values) == ["conv3", "conv1", "skip"]  # the original is untouched
+
+
+def test_budget_mask_on_coupled_factors_never_proposes_over_budget() -> None:
+    from nni_hwaware.strategies.budget import Budget, BudgetMask
+    from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
+
+    model = hand_model()
+    every = list(itertools.product(*(range(len(v)) for v in model.candidates)))
+    latencies = sorted(model.predict_indices(at).latency_ms for at in every)
+    budget = Budget(latency_ms=latencies[len(latencies) // 3], memory_mb=3.6)
+    mask = BudgetMask(model, budget)
+    assert not mask.separable  # the (a, b) factor couples two labels
+    feasible = {at for at in every if mask.within(at)}
+    assert set(mask.enumerate()) == feasible and 0 < len(feasible) < len(every)
+    search = PPOSearch(model, budget, PPOConfig(seed=3, update_every=2))
+    proposed = []
+    while (arch := search.ask()) is not None:
+        proposed.append(arch)
+        search.tell(arch, {"default": float(len(proposed) % 3)})
+    assert {model.indices(a) for a in proposed} == feasible  # every feasible one, none over, none twice
+    assert len(proposed) == len(feasible)

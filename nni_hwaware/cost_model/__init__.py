@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from nni_hwaware.cost_model.blocks import block_cost_model
 from nni_hwaware.cost_model.choices import choice_cost_model, load_choice_table
 from nni_hwaware.cost_model.leaves import LeafEntry, LeafTerm, SpaceLeaves, find_leaves, space_choices
 from nni_hwaware.cost_model.model import ADDITIVE, CostFactor, SpaceCostModel
@@ -26,6 +27,7 @@ __all__ = [
     "LeafTerm",
     "SpaceCostModel",
     "SpaceLeaves",
+    "block_cost_model",
     "choice_cost_model",
     "find_leaves",
     "load_choice_table",

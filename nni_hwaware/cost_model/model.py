@@ -282,6 +282,25 @@ class SpaceCostModel:
         return {"latency_ms": sums["latency_ms"], "flops": sums["flops"], "params": sums["params"],
                 "memory_mb": sums["param_mb"] + activation}
 
+    def reference(self, spec: Any = "largest") -> dict[str, Any]:
+        """The reference network budgets and reports compare with.
+
+        ``spec`` is a sample (``{label: value}``), ``"largest"`` (every label at its value
+        of highest latency in :meth:`choice_table`) or one value that every label takes
+        (e.g. ``"conv_3x3"`` for NasBench201).
+        """
+        if isinstance(spec, Mapping):
+            return self.check_architecture(spec)
+        if spec == "largest":
+            table = self.choice_table()
+            return {label: values[int(np.argmax(table[table.label == label].latency_ms.to_numpy()))]
+                    for label, values in zip(self.labels, self.candidates, strict=True)}
+        lacking = [label for label, values in zip(self.labels, self.candidates, strict=True) if spec not in values]
+        if lacking:
+            raise HwAwareError(f"reference {spec!r}: labels {lacking} have no such value; give a sample "
+                               "({label: value}), 'largest' or a value every label has")
+        return dict.fromkeys(self.labels, spec)
+
     def cheapest(self, metric: str = "latency_ms") -> dict[str, Any]:
         """A sample with a low ``metric``: greedy by the lower bound, label after label."""
         prefix: list[int] = []

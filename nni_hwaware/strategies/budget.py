@@ -6,14 +6,19 @@ use on the chip. A :class:`Budget` bounds latency and/or memory and/or FLOPs;
 which candidates of the next layer still leave a way to finish under the budget:
 it looks ahead with the cheapest completion of the remaining layers.
 
-Latency and FLOPs add up over layers, so the cheapest completion is the sum of
-per-layer minima. Memory is weights plus the largest activation working set
-(:mod:`nni_hwaware.cost_table.predict`); its cheapest completion is found
-exactly by trying every activation cap ``t`` of the remaining layers:
-``min_t [ sum_k min{P_kj : A_kj <= t} + max(a, t) ]``. For one budgeted metric the
-mask is exact: no sampled architecture is over budget and none that fits is
-excluded. With several, each is checked separately, which is necessary but not
-sufficient, so :meth:`BudgetMask.within` is checked on the finished architecture.
+The mask works on any space's :class:`~nni_hwaware.cost_model.SpaceCostModel`
+(labels in the space's order; a ResNet-skeleton :class:`CostModel` is converted).
+Where every cost factor depends on one label (the project's spaces, NasBench201,
+per-choice tables), latency and FLOPs of the cheapest completion are the sum of
+per-label minima, and memory (weights plus the largest activation working set) is
+found exactly by trying every activation cap ``t`` of the remaining labels:
+``min_t [ sum_k min{P_kj : A_kj <= t} + max(a, t) ]``; for one budgeted metric the
+mask is then exact: no sampled architecture is over budget and none that fits is
+excluded. Where factors couple labels (a width choice feeding the next layer, a
+``Repeat`` depth), the look-ahead is the cost model's lower bound, which never
+excludes a feasible choice. In both cases, and with several bounds (each checked
+separately), :meth:`BudgetMask.within` checks the finished architecture, so no
+proposal is ever over budget.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from nni_hwaware.cost_model import SpaceCostModel, block_cost_model
 from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.options import from_mapping
@@ -55,31 +61,39 @@ class Budget:
 
 
 class BudgetMask:
-    """Feasible candidates per layer under a :class:`Budget`, from a :class:`CostModel`."""
+    """Feasible values per label under a :class:`Budget`, from a cost model."""
 
-    def __init__(self, model: CostModel, budget: Budget) -> None:
+    def __init__(self, model: SpaceCostModel | CostModel, budget: Budget) -> None:
+        if isinstance(model, CostModel):
+            model = block_cost_model(model)
         self.model, self.budget = model, budget
         self.n_layers = len(model.labels)
         self.n_candidates = np.array([len(c) for c in model.candidates])
-        costs = model.layer_costs
-        self._additive = {m: np.nan_to_num(costs[m], nan=np.inf) for m in ("latency_ms", "flops")}
-        self._params = np.nan_to_num(costs["param_mb"], nan=np.inf)
-        self._acts = np.nan_to_num(costs["activation_mb"], nan=np.inf)
-        # suffix minima: cheapest cost of layers i..L-1
-        self._rest = {m: np.append(np.cumsum(c.min(axis=1)[::-1])[::-1], 0.0) for m, c in self._additive.items()}
-        self._fixed = {m: model.fixed_costs[m] for m in ("latency_ms", "flops")}
+        #: Every factor depends on one label: the look-ahead is exact (see the module docstring).
+        self.separable = all(len(f.labels) == 1 for f in model.factors) and all(
+            len(model.factors_of[i]) <= 1 for i in range(self.n_layers))
+        if self.separable:
+            width = int(self.n_candidates.max())
+            grids = {m: np.full((self.n_layers, width), np.inf) for m in ("latency_ms", "flops", "param_mb",
+                                                                          "activation_mb")}
+            for i, n in enumerate(self.n_candidates):
+                for m, grid in grids.items():
+                    grid[i, :n] = model.factors[model.factors_of[i][0]].costs[m] if model.factors_of[i] else 0.0
+            self._additive = {m: grids[m] for m in ("latency_ms", "flops")}
+            self._params, self._acts = grids["param_mb"], grids["activation_mb"]
+            self._rest = {m: np.append(np.cumsum(c.min(axis=1)[::-1])[::-1], 0.0) for m, c in self._additive.items()}
         cheapest = self.cheapest_costs()
         over = {m: (cheapest[m], limit) for m, limit in budget.limits().items() if cheapest[m] > limit + _EPS}
         if over:
             text = ", ".join(f"{m} {c:.4g} > budget {b:.4g}" for m, (c, b) in over.items())
             raise HwAwareError(
-                f"no architecture of space {model.config.name!r} fits the budget on chip {model.chip!r}: "
+                f"no architecture of space {model.name!r} fits the budget on chip {model.chip!r}: "
                 f"the cheapest achievable is {text}; raise the budget"
             )
 
     # -- the lookahead -------------------------------------------------------------
     def _memory_completion(self, start: int, act: float) -> float:
-        """Least (remaining weights + working set) over completions of layers ``start..``."""
+        """Least (remaining weights + working set) over completions of labels ``start..`` (separable)."""
         if start == self.n_layers:
             return act
         params, acts = self._params[start:], self._acts[start:]
@@ -91,39 +105,54 @@ class BudgetMask:
         return best
 
     def cheapest_costs(self) -> dict[str, float]:
-        """The lowest achievable latency, FLOPs and memory (each on its own)."""
-        out = {m: self._fixed[m] + float(self._rest[m][0]) for m in self._additive}
-        out["memory_mb"] = self.model.fixed_costs["param_mb"] + self._memory_completion(
-            0, self.model.fixed_activation_mb)
+        """The lowest achievable latency, FLOPs and memory (each on its own; bounds where not separable)."""
+        fixed = self.model.fixed
+        if not self.separable:
+            bounds = self.model.lower_bounds([])
+            return {m: float(bounds[m].min()) for m in ("latency_ms", "flops", "memory_mb")}
+        out = {m: fixed[m] + float(self._rest[m][0]) for m in self._additive}
+        out["memory_mb"] = fixed["param_mb"] + self._memory_completion(0, fixed["activation_mb"])
+        return out
+
+    def _spent(self, prefix: Sequence[int]) -> tuple[float, float]:
+        rows, chosen = np.arange(len(prefix)), np.asarray(prefix, dtype=int)
+        spent = self.model.fixed["param_mb"] + float(self._params[rows, chosen].sum())
+        act = max([self.model.fixed["activation_mb"], *self._acts[rows, chosen]])
+        return spent, act
+
+    def needs(self, prefix: Sequence[int]) -> dict[str, np.ndarray]:
+        """Least cost of a completion, per budgeted metric, for each value of the next label."""
+        i = len(prefix)
+        if not self.separable:
+            bounds = self.model.lower_bounds(prefix)
+            return {m: bounds[m] for m in self.budget.limits()}
+        n = self.n_candidates[i]
+        rows, chosen = np.arange(i), np.asarray(prefix, dtype=int)
+        out = {}
+        for metric in self.budget.limits():
+            if metric == "memory_mb":
+                spent, act = self._spent(prefix)
+                out[metric] = np.array([
+                    spent + self._params[i, j] + self._memory_completion(i + 1, max(act, self._acts[i, j]))
+                    for j in range(n)])
+            else:
+                cost = self._additive[metric]
+                spent = self.model.fixed[metric] + float(cost[rows, chosen].sum())
+                out[metric] = spent + cost[i, :n] + self._rest[metric][i + 1]
         return out
 
     def allowed(self, prefix: Sequence[int]) -> np.ndarray:
-        """Boolean mask over the next layer's candidates given the choices ``prefix``."""
-        i = len(prefix)
-        n = self.n_candidates[i]
-        mask = np.ones(n, dtype=bool)
-        rows = np.arange(i)
-        chosen = np.asarray(prefix, dtype=int)
-        for metric, limit in self.budget.limits().items():
-            if metric == "memory_mb":
-                spent = self.model.fixed_costs["param_mb"] + float(self._params[rows, chosen].sum())
-                act = max([self.model.fixed_activation_mb, *self._acts[rows, chosen]])
-                need = np.array([
-                    spent + self._params[i, j] + self._memory_completion(i + 1, max(act, self._acts[i, j]))
-                    for j in range(n)
-                ])
-            else:
-                cost = self._additive[metric]
-                spent = self._fixed[metric] + float(cost[rows, chosen].sum())
-                need = spent + cost[i, :n] + self._rest[metric][i + 1]
-            mask &= need <= limit * (1 + _EPS) + _EPS
+        """Boolean mask over the next label's values given the choices ``prefix``."""
+        mask = np.ones(self.n_candidates[len(prefix)], dtype=bool)
+        for metric, need in self.needs(prefix).items():
+            mask &= need <= self.budget.limits()[metric] * (1 + _EPS) + _EPS
         return mask
 
     def enumerate(self, limit: int = 20_000) -> list[tuple[int, ...]] | None:
-        """Every architecture under the budget (candidate indices), or None if there are more than ``limit``.
+        """Every architecture under the budget (value indices), or None if there are more than ``limit``.
 
         A depth-first walk that only follows allowed choices, so its cost is
-        proportional to the feasible set, not to the space.
+        proportional to the feasible set (and the prefixes the bounds let through).
         """
         found: list[tuple[int, ...]] = []
 
@@ -140,22 +169,27 @@ class BudgetMask:
         return found if walk([]) else None
 
     def within(self, indices: Sequence[int]) -> bool:
-        """Whether the finished architecture (candidate index per layer) fits every bound."""
-        arch = {label: names[j] for label, names, j in zip(self.model.labels, self.model.candidates, indices, strict=True)}
-        cost = self.model.predict(arch).metrics()
+        """Whether the finished architecture (value index per label) fits every bound."""
+        cost = self.model.predict_indices(indices).metrics()
         return all(cost[m] <= limit * (1 + _EPS) + _EPS for m, limit in self.budget.limits().items())
 
     def budget_left(self, prefix: Sequence[int]) -> np.ndarray:
-        """Share of each bound still free after ``prefix`` and the cheapest completion (state feature)."""
-        i = len(prefix)
-        rows, chosen = np.arange(i), np.asarray(prefix, dtype=int)
-        out = []
-        for metric, limit in self.budget.limits().items():
-            if metric == "memory_mb":
-                spent = self.model.fixed_costs["param_mb"] + float(self._params[rows, chosen].sum())
-                act = max([self.model.fixed_activation_mb, *self._acts[rows, chosen]])
-                used = spent + self._memory_completion(i, act)
-            else:
-                used = self._fixed[metric] + float(self._additive[metric][rows, chosen].sum()) + self._rest[metric][i]
-            out.append((limit - used) / limit)
-        return np.asarray(out, dtype=np.float32)
+        """Share of each bound still free after ``prefix`` and its cheapest completion (state feature)."""
+        if len(prefix) == self.n_layers:
+            cost = self.model.predict_indices(prefix).metrics()
+            used = {m: cost[m] for m in self.budget.limits()}
+        elif self.separable:
+            i = len(prefix)
+            used = {}
+            for metric in self.budget.limits():
+                if metric == "memory_mb":
+                    spent, act = self._spent(prefix)
+                    used[metric] = spent + self._memory_completion(i, act)
+                else:
+                    rows, chosen = np.arange(i), np.asarray(prefix, dtype=int)
+                    used[metric] = (self.model.fixed[metric] + float(self._additive[metric][rows, chosen].sum())
+                                    + self._rest[metric][i])
+        else:
+            used = {m: float(v.min()) for m, v in self.needs(prefix).items()}
+        return np.asarray([(limit - used[m]) / limit for m, limit in self.budget.limits().items()],
+                          dtype=np.float32)

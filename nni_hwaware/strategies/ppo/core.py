@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from nni_hwaware.cost_model import SpaceCostModel
 from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling.chips import fixed_threads
@@ -71,7 +72,8 @@ class _History:
 class PPOSearch:
     """Asynchronous PPO over layer-by-layer decisions; see the module docstring."""
 
-    def __init__(self, model: CostModel, budget: Budget | None = None, config: PPOConfig | None = None) -> None:
+    def __init__(self, model: SpaceCostModel | CostModel, budget: Budget | None = None,
+                 config: PPOConfig | None = None) -> None:
         self.model, self.budget = model, budget or Budget()
         self.config = config or PPOConfig()
         self.mask = BudgetMask(model, self.budget)
@@ -114,7 +116,7 @@ class PPOSearch:
         return {label: names[j] for label, names, j in zip(self.labels, self.candidates, actions, strict=True)}
 
     def actions_of(self, arch: Mapping[str, str]) -> tuple[int, ...]:
-        arch = self.model.config.check_architecture(arch)
+        arch = self.mask.model.check_architecture(arch)
         return tuple(names.index(arch[label]) for label, names in zip(self.labels, self.candidates, strict=True))
 
     # -- proposing ----------------------------------------------------------------

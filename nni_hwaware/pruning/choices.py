@@ -1,0 +1,134 @@
+"""Search-space pruning of any NNI model space by hardware score, per (label, value).
+
+The same score as :mod:`nni_hwaware.pruning.mutator` (seed 001 steps 3-4), for
+every value ``v`` of every label ``l`` of the space:
+
+.. math::
+
+    U_{lv} = \\frac{F_{lv}}{T_{lv} \\cdot C}, \\qquad S_{lv} = k \\cdot U_{lv} \\cdot P_{lv}
+
+with ``F``, ``T``, ``P`` the FLOPs, latency and parameters of what choosing ``v``
+costs (:meth:`~nni_hwaware.cost_model.SpaceCostModel.choice_table`: the factors
+that involve ``l`` with the other labels uniform), ``C`` the chip's peak. Kept:
+``S >= threshold``, the threshold being the label's mean (``layer-mean``), the
+mean over all labels (``global-mean``), a value (``value``) or the ``top`` best per
+label (``top-k``). A label always keeps its best value, and values in
+``always_keep`` stay. The result is the narrowed cost model and, with
+:func:`narrow_space`, the narrowed NNI space: every strategy of NNI's accepts it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nni_hwaware.cost_model import SpaceCostModel
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.nni_fixes import import_nni_nas
+
+__all__ = ["ChoicePruneResult", "narrow_space", "prune_choices"]
+
+MODES = ("layer-mean", "global-mean", "value", "top-k")
+
+
+@dataclass(frozen=True)
+class ChoicePruneResult:
+    """The kept values per label, the narrowed cost model and the per-value report."""
+
+    allowed: dict[str, list[Any]]
+    model: SpaceCostModel
+    report: pd.DataFrame
+
+    def sizes(self) -> tuple[int, int]:
+        """Number of networks before and after pruning."""
+        kept = self.report.groupby("label", sort=False)["kept"]
+        return math.prod(kept.size()), math.prod(kept.sum())
+
+
+def prune_choices(model: SpaceCostModel, *, mode: str = "layer-mean", k: float = 1.0,
+                  threshold: float | None = None, top: int | None = None,
+                  always_keep: Sequence[Any] = (), peak_flops: float | None = None) -> ChoicePruneResult:
+    """Prune ``model``'s space by ``S = k * U * P`` per (label, value); see the module docstring."""
+    if mode not in MODES:
+        raise HwAwareError(f"unknown pruning mode {mode!r}; use one of {', '.join(MODES)}")
+    if not (math.isfinite(k) and k > 0):
+        raise HwAwareError(f"k must be a positive number, got {k}")
+    if mode == "value" and (threshold is None or not math.isfinite(threshold)):
+        raise HwAwareError("mode 'value' needs a finite threshold (--threshold)")
+    if mode == "top-k" and (top is None or top < 1):
+        raise HwAwareError("mode 'top-k' needs top >= 1 (--top)")
+    peak = peak_flops or model.peak_flops
+    if not peak or not math.isfinite(peak) or peak <= 0:
+        raise HwAwareError("pruning needs the chip's peak FLOP/s (profile the space, or give peak_flops)")
+    table = model.choice_table()
+    report = pd.DataFrame({"label": table.label, "value": table.value, "F": table.flops,
+                           "T_ms": table.latency_ms, "P": table.params})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        report["U"] = np.where(report["T_ms"] > 0, report["F"] / (report["T_ms"] / 1000 * peak), 0.0)
+    report["S"] = k * report["U"] * report["P"]
+    if not np.isfinite(report["S"]).all() or not (report["S"] > 0).any():
+        raise HwAwareError(f"pruning scores on chip {model.chip!r} are all zero or not finite; check the "
+                           "table's flops, latency_ms and params (re-profile the space)")
+    by_label = report.groupby("label", sort=False)["S"]
+    if mode == "layer-mean":
+        report["threshold"] = by_label.transform("mean")
+    elif mode == "global-mean":
+        report["threshold"] = report["S"].mean()
+    elif mode == "value":
+        report["threshold"] = float(threshold)  # type: ignore[arg-type]
+    else:
+        report["threshold"] = by_label.transform(lambda s: s.nlargest(top).min())  # type: ignore[arg-type]
+    best = report["S"] == by_label.transform("max")
+    keep_values = {str(v) for v in always_keep}
+    report["kept"] = (report["S"] >= report["threshold"]) | report["value"].map(lambda v: str(v) in keep_values)
+    report["kept"] |= best & ~report.groupby("label", sort=False)["kept"].transform("any")
+    allowed = {label: list(group.loc[group.kept, "value"]) for label, group in report.groupby("label", sort=False)}
+    return ChoicePruneResult(allowed, model.restrict(allowed), report)
+
+
+def narrow_space(space: Any, allowed: Mapping[str, Sequence[Any]]) -> Any:
+    """A copy of ``space`` whose labels offer only the ``allowed`` values.
+
+    ``LayerChoice``\\ s lose the dropped candidates (modules included, so a one-shot
+    supernet of the narrowed space holds only what is kept); every other categorical
+    choice (``Repeat`` depth, widths and kernels of mutable layers) keeps only the
+    allowed values. ``space.freeze(sample)`` works for every sample of the narrowed
+    space, and NNI's strategies sample only from it.
+    """
+    nas = import_nni_nas()
+    from nni.mutable import Categorical
+
+    narrowed = copy.deepcopy(space)
+    choices = narrowed.simplify()
+    unknown = sorted(set(allowed) - set(choices))
+    if unknown:
+        raise HwAwareError(f"cannot narrow labels {unknown}: the space has no such choices")
+    for label, values in allowed.items():
+        present = list(choices[label].values)
+        kept = [v for v in present if any(v == a or str(v) == str(a) for a in values)]
+        if not kept:
+            raise HwAwareError(f"label {label!r}: none of {list(values)} is among its values {present}")
+        allowed_here = {label: kept}
+        for module in narrowed.modules():
+            if isinstance(module, nas.LayerChoice) and module.label == label:
+                for name in [n for n in module.names if n not in kept]:
+                    module._modules.pop(str(name))
+                module.names = list(kept)
+                module.choice.values = list(kept)
+                module.choice.weights = [1 / len(kept)] * len(kept)
+                if module.choice.default_value not in kept:
+                    module.choice.default_value = kept[0]
+                module._dry_run_choice = module.choice.default_value if module.choice.default_value in kept else kept[0]
+        for mutable in narrowed.leaf_mutables(lambda m: isinstance(m, Categorical)):
+            if isinstance(mutable, Categorical) and mutable.label == label:
+                mutable.values = list(allowed_here[label])
+                mutable.weights = [1 / len(kept)] * len(kept)
+                if mutable.default_value not in kept:
+                    mutable.default_value = kept[0]
+    return narrowed

@@ -1,0 +1,145 @@
+"""Name any NNI model space: the project's spaces, NNI's hub spaces, or a user's own.
+
+``--space`` on the command line and ``space:`` in YAML take:
+
+* a registered name (``digits``, ``digits_tiny``, ``cifar10_resnet50``) or a space JSON;
+* ``nni:<hub space>``, one of NNI's spaces in ``nni.nas.hub.pytorch`` (``nni:NasBench201``,
+  ``nni:ProxylessNAS``, ``nni:MobileNetV3Space``, ``nni:ShuffleNetSpace``), with
+  keyword arguments for its constructor;
+* ``module:callable``, any importable callable that returns an NNI ``ModelSpace`` (a
+  class or a factory), with keyword arguments.
+
+From Python, pass the ``ModelSpace`` object itself. What the cost model, the
+strategies and the reports need besides the space is a :class:`NamedSpace`: the
+per-sample input shape, the number of classes, the data set it trains on and the
+**reference** network that budgets ("60 %") and reports compare with. A space
+says its own with attributes (``input_shape``, ``num_classes``, ``dataset``,
+``reference``), keyword ``input_shape=...`` etc. override them, and NNI's hub
+spaces have defaults here (small widths, 32x32 inputs: they run on a CPU). Without
+a reference, it is the network whose every label takes its most expensive value
+(:meth:`nni_hwaware.cost_model.SpaceCostModel.reference`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from nni_hwaware.errors import HwAwareError
+
+__all__ = ["HUB_SPACES", "NamedSpace", "resolve_space"]
+
+#: NNI hub spaces: constructor defaults, input shape, and the reference network
+#: (a sample, or "largest": every label at its most expensive value).
+HUB_SPACES: dict[str, dict[str, Any]] = {
+    "NasBench201": {"kwargs": {"num_labels": 10}, "input_shape": (3, 32, 32),
+                    "reference": "conv_3x3"},  # every edge a 3x3 conv: the largest cell
+    "ProxylessNAS": {"kwargs": {"num_labels": 10, "width_mult": 0.25}, "input_shape": (3, 32, 32),
+                     "reference": "largest"},
+    "MobileNetV3Space": {"kwargs": {"num_labels": 10}, "input_shape": (3, 32, 32), "reference": "largest"},
+    "ShuffleNetSpace": {"kwargs": {"num_labels": 10}, "input_shape": (3, 32, 32), "reference": "largest"},
+}
+_OPTIONS = ("input_shape", "num_classes", "dataset", "reference")
+
+
+@dataclass
+class NamedSpace:
+    """A model space and what searching it needs besides (see the module docstring)."""
+
+    name: str
+    space: nn.Module
+    #: Per-sample input shape, e.g. (3, 32, 32).
+    input_shape: tuple[int, ...]
+    num_classes: int = 10
+    dataset: str = "digits"
+    #: The reference network: a sample, or "largest".
+    reference: Any = "largest"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def dummy_input(self) -> torch.Tensor:
+        """One input of the space, batch 1 (seeded, the global random state untouched)."""
+        generator = torch.Generator().manual_seed(0)
+        return torch.randn((1, *self.input_shape), generator=generator)
+
+
+def _check_shape(name: str, shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, str):
+        try:
+            shape = tuple(int(v) for v in shape.split("x"))
+        except ValueError:
+            shape = None
+    if not isinstance(shape, tuple | list) or not shape or not all(isinstance(v, int) and v > 0 for v in shape):
+        raise HwAwareError(f"space {name!r}: input_shape must be per-sample sizes such as [3, 32, 32] "
+                           f"or '3x32x32', got {shape!r}")
+    return tuple(shape)
+
+
+def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
+    """The space ``spec`` names (module docstring); ``kwargs`` go to its constructor.
+
+    ``input_shape``, ``num_classes``, ``dataset`` and ``reference`` among ``kwargs`` are
+    not constructor arguments: they override what the space says of itself.
+    """
+    options = {k: kwargs.pop(k) for k in _OPTIONS if k in kwargs}
+    defaults: dict[str, Any] = {}
+    if isinstance(spec, nn.Module):
+        space, name = spec, type(spec).__name__
+    elif not isinstance(spec, str) or not spec:
+        raise HwAwareError(f"a space is a name, 'nni:<hub space>', 'module:callable' or a ModelSpace; got {spec!r}")
+    elif spec.startswith("nni:"):
+        hub = spec[4:]
+        if hub not in HUB_SPACES:
+            raise HwAwareError(f"unknown NNI hub space {hub!r}; supported: "
+                               f"{', '.join('nni:' + n for n in HUB_SPACES)} (or module:callable)")
+        module = importlib.import_module("nni.nas.hub.pytorch")
+        entry = HUB_SPACES[hub]
+        defaults = {"input_shape": entry["input_shape"], "reference": entry["reference"],
+                    "num_classes": int({**entry["kwargs"], **kwargs}.get("num_labels", 10))}
+        space = _construct(spec, getattr(module, hub), {**entry["kwargs"], **kwargs})
+        name = spec
+    elif ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        try:
+            target = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as err:
+            raise HwAwareError(f"cannot import space {spec!r}: {err}; give 'module:callable' of an importable "
+                               "module (is its folder on PYTHONPATH?)") from None
+        space, name = _construct(spec, target, kwargs), spec
+    else:
+        from nni_hwaware.spaces.network import BlockChoiceSpace
+        from nni_hwaware.spaces.registry import get_space_config
+
+        if kwargs:
+            raise HwAwareError(f"space {spec!r} takes no arguments; got {sorted(kwargs)}")
+        config = get_space_config(spec)
+        space, name = BlockChoiceSpace(config.to_dict()), config.name
+        defaults = {"input_shape": (config.in_channels, config.image_size, config.image_size),
+                    "num_classes": config.num_classes, "dataset": config.dataset,
+                    "reference": config.baseline()}
+    from nni_hwaware.nni_fixes import import_nni_nas
+
+    if not isinstance(space, import_nni_nas().ModelSpace):
+        raise HwAwareError(f"space {name!r} is a {type(space).__name__}, not an NNI ModelSpace")
+    found = {k: getattr(space, k) for k in _OPTIONS if getattr(space, k, None) is not None
+             and not callable(getattr(space, k))}
+    values = {**defaults, **found, **options}
+    if "input_shape" not in values:
+        raise HwAwareError(f"space {name!r} does not say its input shape; give input_shape (e.g. [3, 32, 32]) "
+                           "or set an input_shape attribute on the space")
+    return NamedSpace(name=name, space=space, input_shape=_check_shape(name, values["input_shape"]),
+                      num_classes=int(values.get("num_classes", 10)), dataset=str(values.get("dataset", "digits")),
+                      reference=values.get("reference", "largest"), kwargs=dict(kwargs))
+
+
+def _construct(spec: str, target: Any, kwargs: Mapping[str, Any]) -> nn.Module:
+    if not callable(target):
+        raise HwAwareError(f"space {spec!r} is not callable; name a ModelSpace class or a function returning one")
+    try:
+        return target(**kwargs)
+    except TypeError as err:
+        raise HwAwareError(f"cannot build space {spec!r} with arguments {dict(kwargs)}: {err}") from None

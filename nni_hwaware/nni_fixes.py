@@ -158,14 +158,16 @@ def forward_masks(module: Any) -> dict[str, Any]:
     """The Gumbel-softmax mask each searchable layer of ``module`` used in its last forward pass.
 
     ``{label: tensor}``, tensors in the autograd graph of that pass, so a penalty
-    built from them has a gradient to the architecture parameters (fix 4; NNI's
-    ``export_probs()`` gives floats). Layers are those of
-    :class:`nni_hwaware.strategies.gumbel.GumbelMixedLayer`; a layer that has not
-    run in training mode since is missing.
+    built from them has a gradient to the architecture parameters (fix 5; NNI's
+    ``export_probs()`` gives floats). They are the masks the supernet's mixed
+    modules shared in that pass (:class:`nni_hwaware.strategies.gumbel.supernet.LabelMasks`);
+    a label no module asked for is missing.
     """
-    from nni_hwaware.strategies.gumbel.supernet import GumbelMixedLayer
-
-    return {m.label: m.mask for m in module.modules() if isinstance(m, GumbelMixedLayer) and m.mask is not None}
+    for sub in module.modules():
+        masks = getattr(sub, "_masks", None) or getattr(sub, "_softmax", None)
+        if hasattr(masks, "masks") and hasattr(masks, "alphas"):  # the search's shared label masks
+            return dict(masks.masks)
+    return {}
 
 
 # -- 6. intermediate results from inside a one-shot search ----------------------------

@@ -134,7 +134,7 @@ class _NanArchGradient(Callback):
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         if self.now < self.at:
             return
-        alphas = {id(layer._arch_alpha) for layer in pl_module.layers}
+        alphas = {id(alpha) for alpha in pl_module.masks.alphas.values()}
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if id(p) in alphas and p.grad is not None:

@@ -114,9 +114,9 @@ def test_a_table_without_the_chip_names_the_chips_it_has() -> None:
 
 def test_masks_must_match_the_layers() -> None:
     penalty = HardwarePenalty(_model(), PenaltyConfig())
-    with pytest.raises(HwAwareError, match="masks for 2 layers"):
+    with pytest.raises(HwAwareError, match="masks for 2 labels"):
         penalty([_one_hot(0)])
-    with pytest.raises(HwAwareError, match="layer2_0: mask of shape"):
+    with pytest.raises(HwAwareError, match="label layer2_0: mask of shape"):
         penalty([_one_hot(0), torch.ones(4)])
 
 
@@ -126,7 +126,7 @@ def test_candidate_order_follows_the_supernet() -> None:
     penalty = HardwarePenalty(model, PenaltyConfig(), layer_names=order)
     latency, _ = penalty.expected_costs([_one_hot(1), _one_hot(2)])  # skip, skip
     assert float(latency) == pytest.approx(model.predict({"layer1_0": "skip", "layer2_0": "skip"}).latency_ms)
-    with pytest.raises(HwAwareError, match="not in the cost table"):
+    with pytest.raises(HwAwareError, match="not in the cost model"):
         HardwarePenalty(model, PenaltyConfig(), layer_names={**order, "layer2_0": ["mbconv_k3_e3"]})
 
 

@@ -17,6 +17,7 @@ def block_cost_model(model: CostModel) -> SpaceCostModel:
         factors.append(CostFactor((label,), costs))
     fixed = {m: model.fixed_costs[m] for m in ("latency_ms", "param_mb", "flops", "params")}
     fixed["activation_mb"] = model.fixed_activation_mb
+    fixed["activation_sum_mb"] = model.fixed_costs["activation_mb"]
     return SpaceCostModel(dict(zip(model.labels, model.candidates, strict=True)), factors, fixed,
                           chip=model.chip, backend=model.backend, batch_size=model.batch_size,
                           name=model.config.name, peak_flops=float(model.fixed["peak_flops"].iloc[0]),

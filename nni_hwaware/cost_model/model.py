@@ -95,6 +95,8 @@ class SpaceCostModel:
                 raise HwAwareError(f"label {label!r} has no values left")
         self.position = {label: i for i, label in enumerate(self.labels)}
         self.fixed = {m: float(fixed.get(m, 0.0)) for m in _ALL}
+        #: Activations of the fixed parts added up (the seed's literal memory sum), if known.
+        self.fixed["activation_sum_mb"] = float(fixed.get("activation_sum_mb", self.fixed["activation_mb"]))
         merged: dict[tuple[str, ...], CostFactor] = {}
         for factor in factors:
             labels = tuple(sorted(factor.labels, key=self._position_of))
@@ -190,8 +192,9 @@ class SpaceCostModel:
     def expected(self, probs: Mapping[str, Any]) -> dict[str, Any]:
         """Costs under independent per-label probabilities (torch tensors, one per label, in value order).
 
-        Returns ``{latency_ms, memory_mb, param_mb, activation_mb, flops, params}`` as
-        scalar tensors with gradient to ``probs``. Latency, FLOPs, parameters and
+        Returns ``{latency_ms, memory_mb, param_mb, activation_mb, activation_sum_mb, flops,
+        params}`` as scalar tensors with gradient to ``probs`` (``activation_sum_mb``: every
+        factor's expected activation added up, for the seed's literal memory sum). Latency, FLOPs, parameters and
         weight memory are exact expectations; ``activation_mb`` is the largest of the
         factors' expected activations (what :meth:`predict` gives for one-hot ``probs``).
         """
@@ -225,8 +228,10 @@ class SpaceCostModel:
                 else:
                     sums[m] = sums[m] + value
         activation = torch.stack(activations).max()
+        activation_sum = self.fixed["activation_sum_mb"] + torch.stack(activations[1:]).sum() if len(
+            activations) > 1 else activations[0] * 0 + self.fixed["activation_sum_mb"]
         return {"latency_ms": sums["latency_ms"], "memory_mb": sums["param_mb"] + activation,
-                "param_mb": sums["param_mb"], "activation_mb": activation,
+                "param_mb": sums["param_mb"], "activation_mb": activation, "activation_sum_mb": activation_sum,
                 "flops": sums["flops"], "params": sums["params"]}
 
     def _torch_tables(self, device: Any, dtype: Any) -> list[dict[str, Any]]:

@@ -6,10 +6,11 @@ batch, then a weight step on a training batch (first-order DARTS). What changes:
 
 * the architecture step's loss is ``CE + P(m)``, ``P`` the
   :class:`~nni_hwaware.strategies.gumbel.penalty.HardwarePenalty` of the masks
-  ``m`` the forward pass just used (each layer's :attr:`GumbelMixedLayer.mask`),
-  so the penalty's gradient reaches the architecture parameters;
+  ``m`` the forward pass just used (one per label, shared by every mixed op of the
+  label: :class:`~nni_hwaware.strategies.gumbel.supernet.LabelMasks`), so the
+  penalty's gradient reaches the architecture parameters;
 * a :class:`~nni_hwaware.strategies.gumbel.staged.StagePlan` freezes, per epoch,
-  the layers outside the current stage (their weights and architecture
+  the labels outside the current stage (the weights of their mixed ops and their architecture
   parameters: ``requires_grad`` off and gradients dropped before every optimiser
   step, so neither momentum nor weight decay moves them) and sets the stage's
   temperature; a stage ends on patience or its epoch limit;
@@ -45,7 +46,7 @@ from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.gumbel.config import StagingConfig, TemperatureConfig
 from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
 from nni_hwaware.strategies.gumbel.staged import StagePlan
-from nni_hwaware.strategies.gumbel.supernet import GumbelMixedLayer
+from nni_hwaware.strategies.gumbel.supernet import LabelMasks
 
 __all__ = ["HardwareGumbelModule"]
 
@@ -65,7 +66,8 @@ def _loss_of(output: Any) -> torch.Tensor:
 class HardwareGumbelModule(GumbelDartsLightningModule):
     """See the module docstring. Built by :class:`~nni_hwaware.strategies.gumbel.HardwareGumbelDARTS`."""
 
-    def __init__(self, training_module: Any, *, penalty: HardwarePenalty, temperature: TemperatureConfig,
+    def __init__(self, training_module: Any, *, penalty: HardwarePenalty, masks: LabelMasks,
+                 temperature: TemperatureConfig,
                  staging: StagingConfig, arc_learning_rate: float, arc_weight_decay: float = 0.0,
                  gradient_clip_val: float | None = None, arc_every: int = 1,
                  report: Reporter | None = None) -> None:
@@ -73,6 +75,7 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
                          arc_learning_rate=arc_learning_rate, gradient_clip_val=gradient_clip_val,
                          warmup_epochs=0, penalty=None)
         self.hardware_penalty = penalty
+        object.__setattr__(self, "masks", masks)  # shared with the supernet, not a submodule
         self.temperature = temperature
         self.staging = staging
         self.arc_weight_decay = arc_weight_decay
@@ -90,25 +93,28 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
 
     # -- structure -------------------------------------------------------------
     @property
-    def layers(self) -> list[GumbelMixedLayer]:
-        """The supernet's searchable layers, in forward order."""
-        model = self.training_module.model
-        if getattr(self, "_layers_of", None) is not model:
-            self._layers = [m for m in model.modules() if isinstance(m, GumbelMixedLayer)]
-            self._layers_of = model
-        return self._layers
+    def labels(self) -> list[str]:
+        """The searched labels, in the space's order."""
+        return [str(label) for label in self.masks.labels]
+
+    def _alphas(self) -> list[nn.Parameter]:
+        return list(self.masks.alphas.values())
 
     def _parameter_groups(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """Each weight of the supernet with its owner: a layer label, ``stem`` or ``head``.
+        """Each weight of the supernet with its owner: a label, ``stem`` or ``head``.
 
-        Weights outside the searchable layers are ``stem`` before the first layer
+        A weight inside a mixed module (a ``LayerChoice``, a ``Repeat`` with a depth
+        choice, a mixed operation) belongs to the innermost one's label (a mixed
+        operation's first label); the others are ``stem`` before the first owned weight
         (in registration order) and ``head`` after it.
         """
         owner: dict[int, str] = {}
-        for layer in self.layers:
-            for p in layer.parameters():
-                owner[id(p)] = layer.label
-        arch = {id(p) for layer in self.layers for p in layer.arch_parameters()}
+        for module in self.training_module.model.modules():  # parents before children: innermost wins
+            label = _label_of(module)
+            if label is not None:
+                for p in module.parameters():
+                    owner[id(p)] = label
+        arch = {id(p) for p in self._alphas()}
         seen_layer = False
         for _, p in self.training_module.model.named_parameters():
             if id(p) in arch:
@@ -118,11 +124,10 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             yield (label if label is not None else ("head" if seen_layer else "stem")), p
 
     def setup(self, stage: str | None = None) -> Any:
-        layers = self.layers
-        if not layers:
-            raise HwAwareError("the supernet has no Gumbel layers: was the space mutated by HardwareGumbelDARTS?")
+        if not self.labels:
+            raise HwAwareError("the supernet has no choices: was the space mutated by HardwareGumbelDARTS?")
         if self.plan is None:
-            self.plan = StagePlan([layer.label for layer in layers], self.staging, self.temperature)
+            self.plan = StagePlan(self.labels, self.staging, self.temperature)
         return super().setup(stage)
 
     def configure_architecture_optimizers(self) -> torch.optim.Optimizer:
@@ -144,17 +149,16 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         stage, trainable = self.plan.current, self._trainable()  # type: ignore[union-attr]
         for owner, p in self._parameter_groups():
             p.requires_grad_(owner in trainable)
-        tau = self.plan.temperature_now()  # type: ignore[union-attr]
-        for layer in self.layers:
-            layer._arch_alpha.requires_grad_(stage.searches and layer.label in stage.layers)
-            layer.tau, layer.hard = tau, self.temperature.hard
+        for label, alpha in self.masks.alphas.items():
+            alpha.requires_grad_(stage.searches and str(label) in stage.layers)
+        self.masks.tau, self.masks.hard = self.plan.temperature_now(), self.temperature.hard  # type: ignore[union-attr]
 
     def frozen_parameters(self) -> list[nn.Parameter]:
         """The weights and architecture parameters the current stage must not change."""
         trainable, stage = self._trainable(), self.plan.current  # type: ignore[union-attr]
         frozen = [p for owner, p in self._parameter_groups() if owner not in trainable]
-        frozen += [layer._arch_alpha for layer in self.layers
-                   if not (stage.searches and layer.label in stage.layers)]
+        frozen += [alpha for label, alpha in self.masks.alphas.items()
+                   if not (stage.searches and str(label) in stage.layers)]
         return frozen
 
     def on_train_start(self) -> Any:
@@ -220,7 +224,7 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         weights' are not needed in an architecture step); otherwise Lightning's
         ``manual_backward`` (DDP gradient sync, loss scaling) computes them all.
         """
-        params = [layer._arch_alpha for layer in self.layers if layer._arch_alpha.requires_grad]
+        params = [alpha for alpha in self._alphas() if alpha.requires_grad]
         if self.trainer.world_size == 1 and str(self.trainer.precision) in ("32-true", "32"):
             for p, grad in zip(params, torch.autograd.grad(loss, params), strict=True):
                 p.grad = grad
@@ -237,7 +241,7 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             arc_optim = self.architecture_optimizers()
             arc_optim.zero_grad()
             ce = _loss_of(self.training_module.training_step(batch["val"], 2 * batch_idx))
-            lat_term, mem_term, latency, memory = self.hardware_penalty.terms([layer.mask for layer in self.layers])
+            lat_term, mem_term, latency, memory = self.hardware_penalty.terms(self.masks.current())
             penalty = lat_term + mem_term
             loss = ce + penalty
             total, ce_value, lat_value, mem_value, penalty_value, latency_ms, memory_mb = torch.stack(
@@ -286,15 +290,15 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             self._end_epoch()
         return super().on_train_epoch_end()
 
-    def architecture(self) -> dict[str, str]:
-        """The most probable block of every layer (what the search exports now)."""
-        return {str(layer.label): layer.names[int(layer._arch_alpha.argmax())] for layer in self.layers}
+    def architecture(self) -> dict[str, Any]:
+        """The most probable value of every label (what the search exports now)."""
+        return self.masks.architecture()
 
     @torch.no_grad()
     def expected_costs(self) -> dict[str, float]:
         """Latency and memory expected under ``softmax(alpha)``, and predicted for the current argmax."""
         penalty = self.hardware_penalty
-        latency, memory = penalty.expected_costs([layer.probabilities() for layer in self.layers])
+        latency, memory = penalty.expected_costs({label: self.masks.probabilities(label) for label in self.masks.labels})
         arch_latency, arch_memory = penalty.expected_costs(penalty._one_hot(self.architecture()))
         return {"expected_latency_ms": float(latency), "expected_memory_mb": float(memory),
                 "arch_latency_ms": float(arch_latency), "arch_memory_mb": float(arch_memory)}
@@ -336,7 +340,7 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         checkpoint["hardware_gumbel"] = {
             "plan": self.plan.state_dict() if self.plan else None,
             "history": self.history,
-            "generators": {str(layer.label): layer.generator.get_state() for layer in self.layers},
+            "generators": {str(label): g.get_state() for label, g in self.masks.generators.items()},
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -344,15 +348,26 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         if state is None:
             raise HwAwareError("the checkpoint was not written by a hardware Gumbel search")
         if self.plan is None:
-            self.plan = StagePlan([layer.label for layer in self.layers], self.staging, self.temperature)
+            self.plan = StagePlan(self.labels, self.staging, self.temperature)
         if state["plan"] is not None:
             self.plan.load_state_dict(state["plan"])
         self.history = list(state["history"])
-        for layer in self.layers:
-            layer.generator.set_state(state["generators"][layer.label])
+        for label, generator in self.masks.generators.items():
+            generator.set_state(state["generators"][str(label)])
 
 
-def _arch_text(arch: dict[str, str]) -> str:
+def _label_of(module: nn.Module) -> str | None:
+    """The label a mixed module of the supernet searches (None for other modules)."""
+    label = getattr(module, "label", None)
+    if getattr(module, "_arch_alpha", None) is not None and label is not None:
+        return str(label)  # a LayerChoice
+    alphas = getattr(module, "_arch_alpha", None)
+    if isinstance(alphas, (dict, nn.ParameterDict)) and len(alphas):
+        return str(next(iter(alphas)))  # a Repeat's depth or a mixed operation
+    return None
+
+
+def _arch_text(arch: dict[str, Any]) -> str:
     import json
 
     return json.dumps(arch, separators=(",", ":"))

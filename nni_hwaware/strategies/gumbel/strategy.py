@@ -1,8 +1,12 @@
 """The NNI strategy: ``NasExperiment(space, evaluator, HardwareGumbelDARTS(cost_model, ...))``.
 
-:class:`HardwareGumbelDARTS` subclasses NNI's ``GumbelDARTS``: the model space
-becomes a supernet of :class:`~nni_hwaware.strategies.gumbel.supernet.GumbelMixedLayer`
-(one per ``LayerChoice``), the evaluator's Lightning module is wrapped in a
+:class:`HardwareGumbelDARTS` subclasses NNI's ``GumbelDARTS`` and runs on any NNI
+model space whose labels are categorical: every ``LayerChoice`` becomes a
+:class:`~nni_hwaware.strategies.gumbel.supernet.GumbelMixedLayer`, a ``Repeat`` with a
+depth choice NNI's differentiable repeat, and NNI's mutable layers (``MutableConv2d``,
+``MutableLinear``, ``MutableBatchNorm2d``, ...) NNI's differentiable mixed operations,
+all weighted by one shared Gumbel mask per label
+(:class:`~nni_hwaware.strategies.gumbel.supernet.LabelMasks`). The evaluator's Lightning module is wrapped in a
 :class:`~nni_hwaware.strategies.gumbel.module.HardwareGumbelModule`, and the
 training data loader pairs training and validation batches (architecture steps
 use validation batches, as in NNI's DARTS). Unlike NNI's DARTS, the validation
@@ -11,8 +15,8 @@ loader is also run after each epoch, on the currently most probable architecture
 It runs on NNI's sequential engine like every one-shot strategy, inside a
 ``NasExperiment`` or directly as ``strategy(RawFormatModelSpace(space, evaluator),
 SequentialExecutionEngine())``. Afterwards :meth:`HardwareGumbelDARTS.export_architecture`
-(also ``experiment.export_top_models(formatter="dict")``) gives the block with the
-largest probability in each layer.
+(also ``experiment.export_top_models(formatter="dict")``) gives the value with the
+largest probability of each label.
 """
 
 from __future__ import annotations
@@ -23,8 +27,15 @@ from typing import Any
 import torch
 from nni.mutable import Categorical
 from nni.nas.oneshot.pytorch.strategy import GumbelDARTS, OneShotStrategy, no_default_hook
+from nni.nas.oneshot.pytorch.supermodule.differentiable import (
+    DifferentiableMixedInput,
+    DifferentiableMixedRepeat,
+    MixedOpDifferentiablePolicy,
+)
+from nni.nas.oneshot.pytorch.supermodule.operation import NATIVE_MIXED_OPERATIONS
 from torch import nn
 
+from nni_hwaware.cost_model import SpaceCostModel, block_cost_model
 from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.gumbel.config import (
@@ -35,7 +46,7 @@ from nni_hwaware.strategies.gumbel.config import (
 )
 from nni_hwaware.strategies.gumbel.module import HardwareGumbelModule
 from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
-from nni_hwaware.strategies.gumbel.supernet import GumbelMixedLayer
+from nni_hwaware.strategies.gumbel.supernet import GumbelMixedLayer, LabelMasks
 
 __all__ = ["HardwareGumbelDARTS"]
 
@@ -46,8 +57,9 @@ class HardwareGumbelDARTS(GumbelDARTS):
     Parameters
     ----------
     cost_model
-        Per-block costs of the searched space on the target chip
-        (``CostModel(CostTable.load(path), space_config, chip=...)``).
+        Costs of the searched space on the target chip: a
+        :class:`~nni_hwaware.cost_model.SpaceCostModel` of any space, or a ResNet-skeleton
+        ``CostModel(CostTable.load(path), space_config, chip=...)``.
     penalty, temperature, staging
         :class:`PenaltyConfig`, :class:`TemperatureConfig`, :class:`StagingConfig`
         (or mappings of their fields, e.g. from YAML).
@@ -58,20 +70,24 @@ class HardwareGumbelDARTS(GumbelDARTS):
     arc_every
         Architecture step on every k-th training batch only.
     baseline_bias
-        Initial architecture logit of the space's baseline block (``cost_model.config.baseline_block``)
-        in every layer; the others start near 0.
+        Initial architecture logit of the reference network's value of every label; the
+        others start near 0.
+    reference
+        The network costs are normalised by (a sample, ``"largest"`` or a value every label
+        takes); default: the ResNet-skeleton space's baseline, else ``"largest"``.
     seed
         Seeds the architecture parameters' initial values and every layer's Gumbel noise.
     report
         Called with each epoch's record (default: ``nni.report_intermediate_result``).
     """
 
-    def __init__(self, cost_model: CostModel, *, penalty: PenaltyConfig | Mapping[str, Any] | None = None,
+    def __init__(self, cost_model: SpaceCostModel | CostModel, *,
+                 penalty: PenaltyConfig | Mapping[str, Any] | None = None,
                  temperature: TemperatureConfig | Mapping[str, Any] | None = None,
                  staging: StagingConfig | Mapping[str, Any] | None = None,
                  arc_learning_rate: float = 0.01, arc_weight_decay: float = 0.0,
                  gradient_clip_val: float | None = None, arc_every: int = 1, baseline_bias: float = 0.0,
-                 seed: int = 0,
+                 seed: int = 0, reference: Any = None,
                  report: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.penalty_config = from_mapping(PenaltyConfig, penalty, "penalty")
         self.temperature_config = from_mapping(TemperatureConfig, temperature, "temperature")
@@ -81,7 +97,13 @@ class HardwareGumbelDARTS(GumbelDARTS):
         super().__init__(temperature=(self.temperature_config.init, self.temperature_config.min),
                          arc_learning_rate=arc_learning_rate, gradient_clip_val=gradient_clip_val,
                          warmup_epochs=0, penalty=None)
-        self.cost_model = cost_model
+        if isinstance(cost_model, CostModel):
+            reference = cost_model.config.baseline() if reference is None else reference
+            cost_model = block_cost_model(cost_model)
+        self.cost_model: SpaceCostModel = cost_model
+        #: The reference network (a sample of the space).
+        self.reference = cost_model.reference("largest" if reference is None else reference)
+        self.masks: LabelMasks | None = None
         self.arc_weight_decay = arc_weight_decay
         self.arc_every = arc_every
         self.baseline_bias = baseline_bias
@@ -97,40 +119,46 @@ class HardwareGumbelDARTS(GumbelDARTS):
 
     # -- supernet ----------------------------------------------------------------
     def default_mutation_hooks(self) -> list[Any]:
-        return [GumbelMixedLayer.mutate, no_default_hook]
+        return [GumbelMixedLayer.mutate, DifferentiableMixedRepeat.mutate, DifferentiableMixedInput.mutate,
+                *[operation.mutate for operation in NATIVE_MIXED_OPERATIONS], no_default_hook]
 
     def mutate_model(self, model: Any) -> Any:
         # NNI's DARTS draws the initial alphas from the global generator; draw them
         # from this strategy's seed instead.
         generator = torch.Generator().manual_seed(self.seed)
         self._arch_parameters = {}
+        values_of: dict[str, list[Any]] = {}
         for label, mutable in model.simplify().items():
             if not isinstance(mutable, Categorical):
-                raise HwAwareError(f"HardwareGumbelDARTS searches LayerChoices only; {label!r} is a "
+                raise HwAwareError(f"HardwareGumbelDARTS searches categorical choices only; {label!r} is a "
                                    f"{type(mutable).__name__}")
             values = torch.randn(len(mutable.values), generator=generator) * 1e-3
-            baseline = self.cost_model.config.baseline_block
-            if self.baseline_bias and baseline in mutable.values:
-                values[list(mutable.values).index(baseline)] += self.baseline_bias
+            reference = self.reference.get(label)
+            if self.baseline_bias and reference in mutable.values:
+                values[list(mutable.values).index(reference)] += self.baseline_bias
             self._arch_parameters[label] = nn.Parameter(values)
+            values_of[label] = list(mutable.values)
+        t = self.temperature_config
+        self.masks = LabelMasks(self._arch_parameters, values_of, seed=self.seed, tau=t.init, hard=t.hard,
+                                min_weight=t.min_weight)
         model = OneShotStrategy.mutate_model(self, model)
-        layers = {m.label: list(m.names) for m in model.modules() if isinstance(m, GumbelMixedLayer)}
-        self.hardware_penalty = HardwarePenalty(self.cost_model, self.penalty_config, layers)
+        self.masks.attach(model)
+        self.hardware_penalty = HardwarePenalty(self.cost_model, self.penalty_config, values_of,
+                                                reference=self.reference)
         return model
 
     def run_hook(self, hook: Any, name: str, module: nn.Module, memo: dict[str, Any]) -> Any:
         if not memo.get("_validated"):
             memo.update(self._arch_parameters)
             memo["_validated"] = True
-        t = self.temperature_config
-        kwargs = {"seed": self.seed, "tau": t.init, "hard": t.hard, "min_weight": t.min_weight}
+        kwargs = {"masks": self.masks, "softmax": self.masks, "mixed_op_sampling": MixedOpDifferentiablePolicy}
         return hook(module, name, memo, kwargs)
 
     def configure_oneshot_module(self, training_module: Any) -> HardwareGumbelModule:
-        if self.hardware_penalty is None:
+        if self.hardware_penalty is None or self.masks is None:
             raise RuntimeError("mutate_model must run before configure_oneshot_module")
         return HardwareGumbelModule(
-            training_module, penalty=self.hardware_penalty, temperature=self.temperature_config,
+            training_module, penalty=self.hardware_penalty, masks=self.masks, temperature=self.temperature_config,
             staging=self.staging, arc_learning_rate=self.arc_learning_rate,
             arc_weight_decay=self.arc_weight_decay, gradient_clip_val=self.gradient_clip_val,
             arc_every=self.arc_every, report=self.report)
@@ -143,14 +171,15 @@ class HardwareGumbelDARTS(GumbelDARTS):
     def module(self) -> HardwareGumbelModule:
         return self.oneshot_module  # type: ignore[return-value]
 
-    def export_architecture(self) -> dict[str, str]:
-        """The block with the largest probability in each layer."""
+    def export_architecture(self) -> dict[str, Any]:
+        """The value with the largest probability of every label."""
         return self.module.architecture()
 
-    def probabilities(self) -> dict[str, dict[str, float]]:
-        """``softmax(alpha)`` of every layer: block -> probability."""
-        return {layer.label: dict(zip(layer.names, layer.probabilities().detach().cpu().tolist(), strict=True))
-                for layer in self.module.layers}
+    def probabilities(self) -> dict[str, dict[Any, float]]:
+        """``softmax(alpha)`` of every label: value -> probability."""
+        masks = self.module.masks
+        return {str(label): dict(zip(masks.values[label], masks.probabilities(label).detach().cpu().tolist(),
+                                     strict=True)) for label in masks.labels}
 
     @property
     def history(self) -> list[dict[str, Any]]:

@@ -261,3 +261,33 @@ def test_budget_mask_on_coupled_factors_never_proposes_over_budget() -> None:
         search.tell(arch, {"default": float(len(proposed) % 3)})
     assert {model.indices(a) for a in proposed} == feasible  # every feasible one, none over, none twice
     assert len(proposed) == len(feasible)
+
+
+# -- the Gumbel search on a user's space ---------------------------------------------------
+
+
+def test_gumbel_search_on_a_user_space_finds_the_cheapest_network_under_a_strong_penalty(tmp_path) -> None:
+    """Width (a MutableConv2d choice inside a LayerChoice), op and Repeat depth share one mask each."""
+    from nni_hwaware.spaces.resolve import resolve_space
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, search
+
+    named = resolve_space(UserSpace(), input_shape=(1, 8, 8))
+    choices = {"width": [4, 8], "op": ["conv3", "conv1", "skip"], "depth": [1, 2, 3]}
+    frame = pd.DataFrame([{"label": label, "value": value, "latency_ms": cost, "memory_mb": 0.1 * cost,
+                           "flops": 1000 * cost, "params": 10 * cost}
+                          for label, costs in (("width", (1, 4)), ("op", (3, 2, 0.1)), ("depth", (1, 2, 3)))
+                          for value, cost in zip(choices[label], costs, strict=True)])
+    model = choice_cost_model(frame, choices=choices, name="user")
+    config = GumbelSearchConfig.from_dict({
+        "out": str(tmp_path), "seed": 0, "penalty": {"alpha": 20.0, "gamma": 0.0},
+        "temperature": {"init": 1.0, "min": 1.0, "hard": True},
+        "stages": {"order": ["all"], "max_epochs": 2, "min_epochs": 2},
+        "search": {"batch_size": 64, "lr": 0.05, "arc_lr": 0.1, "threads": 1, "checkpoint": False,
+                   "accelerator": "cpu"}})
+    records: list[dict] = []
+    outcome = search(config, named, model, tmp_path / "run", report=records.append)
+    assert outcome.arch == {"width": 4, "op": "skip", "depth": 1}
+    assert all(max(p.values()) > 0.8 for p in outcome.probabilities.values()), outcome.probabilities
+    assert records[-1]["expected_latency_ms"] < records[0]["expected_latency_ms"]
+    free = search(config.replace(**{"penalty.alpha": 0.0}), named, model, tmp_path / "free")
+    assert free.probabilities["op"]["skip"] < 0.5  # no penalty, no pull towards the cheapest

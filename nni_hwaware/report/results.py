@@ -31,7 +31,7 @@ class ModelResult:
 
     name: str
     space: str
-    arch: dict[str, str]
+    arch: dict[str, Any]
     test_top1: float
     test_top3: float
     val_top1: float
@@ -95,12 +95,11 @@ def measure_architecture(config: Any, arch: Mapping[str, str], *, batch_size: in
 
     from nni_hwaware.cost_table.profile import TIMING
     from nni_hwaware.profiling import measure_module
-    from nni_hwaware.spaces.network import build_network
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        net = build_network(config, arch)
-    shape = (config.in_channels, config.image_size, config.image_size)
+        net = config.build(arch)
+    shape = tuple(config.input_shape)
     costs = [measure_module(net, shape, batch_size=batch_size, backend=backend, device=device, threads=threads,
                             seed=seed, **TIMING) for _ in range(max(1, repeats))]
     first = costs[0]

@@ -173,6 +173,17 @@ class SpaceConfig:
             )
         raise HwAwareError(f"unknown fixed part {name!r}; fixed parts are 'stem' and 'head'")
 
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """Per-sample input shape (C, H, W)."""
+        return (self.in_channels, self.image_size, self.image_size)
+
+    def build(self, arch: Mapping[str, str]) -> nn.Module:
+        """One network of the space (random initialisation from torch's current seed)."""
+        from nni_hwaware.spaces.network import build_network
+
+        return build_network(self, arch)
+
     def baseline(self) -> Architecture:
         """Plain ResNet50 of this skeleton: ``baseline_block`` in every layer."""
         return {spec.label: self.baseline_block for spec in self.layer_specs()}

@@ -6,6 +6,8 @@ tensors fails there with "payload larger than 64 KB").
 
 * digits: the 1,797 8x8 images shipped with scikit-learn, split 60/20/20
   (train/validation/test), stratified, with a fixed seed. Nothing is downloaded.
+  For a space that takes other inputs (NNI's hub spaces take 3x32x32), the
+  images are upsampled (bilinear) to its size and repeated over its channels.
 * CIFAR-10: read by torchvision from a directory the user gives (never
   downloaded); seed 001's split: 40,000 train / 10,000 validation (both from the
   training set) / 10,000 test; random crop with 4-pixel padding and horizontal
@@ -46,11 +48,14 @@ def _digits_split_indices(seed: int) -> dict[str, np.ndarray]:
 
 
 class Digits(Dataset):
-    """sklearn's digits as 1x8x8 float images scaled to [0, 1] and standardised."""
+    """sklearn's digits as 1x8x8 float images scaled to [0, 1] and standardised.
+
+    ``shape`` (C, H, W) upsamples them to H x W and repeats them over C channels.
+    """
 
     num_classes = 10
 
-    def __init__(self, split: str = "train", seed: int = 0) -> None:
+    def __init__(self, split: str = "train", seed: int = 0, shape: tuple[int, ...] | None = None) -> None:
         from sklearn.datasets import load_digits
 
         _check_split(split)
@@ -58,7 +63,13 @@ class Digits(Dataset):
         digits = load_digits()
         index = _digits_split_indices(seed)[split]
         images = torch.tensor(digits.images[index], dtype=torch.float32).unsqueeze(1) / 16.0
-        self.images = (images - 0.3) / 0.4  # mean and std of the scaled pixels, rounded
+        images = (images - 0.3) / 0.4  # mean and std of the scaled pixels, rounded
+        if shape is not None and tuple(shape) != (1, 8, 8):
+            if len(shape) != 3 or min(shape) < 1:
+                raise HwAwareError(f"digits can be shaped to (C, H, W), not {tuple(shape)}")
+            images = torch.nn.functional.interpolate(images, size=tuple(shape[1:]), mode="bilinear",
+                                                     align_corners=False).repeat(1, shape[0], 1, 1)
+        self.images = images
         self.labels = torch.tensor(digits.target[index], dtype=torch.long)
 
     def __len__(self) -> int:
@@ -104,12 +115,15 @@ class Cifar10(Dataset):
         return self.base[int(self.index[i])]
 
 
-def make_dataset(name: str, split: str, *, seed: int = 0, data_dir: str | None = None) -> Dataset:
-    """The ``split`` of data set ``name`` ('digits' or 'cifar10')."""
+def make_dataset(name: str, split: str, *, seed: int = 0, data_dir: str | None = None,
+                 shape: tuple[int, ...] | None = None) -> Dataset:
+    """The ``split`` of data set ``name`` ('digits' or 'cifar10'), for a space taking ``shape`` inputs."""
     if name == "digits":
-        return Digits(split, seed)
+        return Digits(split, seed, shape)
     if name == "cifar10":
         if not data_dir:
             raise HwAwareError("CIFAR-10 needs a data directory: pass --data-dir / data_dir pointing to it")
+        if shape is not None and tuple(shape) != (3, 32, 32):
+            raise HwAwareError(f"CIFAR-10 images are 3x32x32; the space takes {tuple(shape)}: use digits")
         return Cifar10(data_dir, split, seed)
     raise HwAwareError(f"unknown data set {name!r}; use 'digits' or 'cifar10'")

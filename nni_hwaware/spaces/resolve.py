@@ -60,11 +60,69 @@ class NamedSpace:
     #: The reference network: a sample, or "largest".
     reference: Any = "largest"
     kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Whether :meth:`build` re-initialises the weights (NNI's freeze copies the supernet's).
+    reinitialise: bool = True
 
     def dummy_input(self) -> torch.Tensor:
         """One input of the space, batch 1 (seeded, the global random state untouched)."""
         generator = torch.Generator().manual_seed(0)
         return torch.randn((1, *self.input_shape), generator=generator)
+
+    def choices(self) -> dict[str, list[Any]]:
+        """``{label: values}`` of the space, in its order."""
+        if getattr(self, "_choices", None) is None:
+            from nni_hwaware.cost_model.leaves import space_choices
+
+            self._choices = space_choices(self.space)
+        return dict(self._choices)
+
+    def check_architecture(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        """``sample`` in the space's label order if it fits, else one line saying what does not."""
+        choices = self.choices()
+        missing = [label for label in choices if label not in sample]
+        extra = [label for label in sample if label not in choices and not str(label).startswith("_")]
+        if missing or extra:
+            raise HwAwareError(f"architecture does not fit space {self.name!r}: missing labels {missing}, "
+                               f"unknown labels {extra}")
+        out = {}
+        for label, values in choices.items():
+            match = [v for v in values if v == sample[label] or str(v) == str(sample[label])]
+            if not match:
+                raise HwAwareError(f"architecture does not fit space {self.name!r}: {label}={sample[label]!r}, "
+                                   f"allowed: {values}")
+            out[label] = match[0]
+        return out
+
+    def supernet(self) -> nn.Module:
+        """A copy of the space with its weights initialised afresh from torch's current seed."""
+        import copy
+
+        space = copy.deepcopy(self.space)
+        for module in space.modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
+        return space
+
+    def build(self, sample: Mapping[str, Any]) -> nn.Module:
+        """One network of the space, its weights initialised afresh from torch's current seed."""
+        network = self.space.freeze(self.check_architecture(sample))
+        if self.reinitialise:
+            for module in network.modules():
+                reset = getattr(module, "reset_parameters", None)
+                if callable(reset):
+                    reset()
+        return network
+
+    def baseline(self, cost_model: Any = None) -> dict[str, Any]:
+        """The reference network as a sample (``"largest"`` needs the space's cost model)."""
+        if isinstance(self.reference, Mapping):
+            return self.check_architecture(self.reference)
+        if self.reference == "largest":
+            if cost_model is None:
+                raise HwAwareError(f"space {self.name!r}: the reference 'largest' needs the cost model")
+            return self.check_architecture(cost_model.reference("largest"))
+        return self.check_architecture(dict.fromkeys(self.choices(), self.reference))
 
 
 def _check_shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -118,6 +176,7 @@ def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
             raise HwAwareError(f"space {spec!r} takes no arguments; got {sorted(kwargs)}")
         config = get_space_config(spec)
         space, name = BlockChoiceSpace(config.to_dict()), config.name
+        defaults["reinitialise"] = False  # its freeze builds fresh blocks
         defaults = {"input_shape": (config.in_channels, config.image_size, config.image_size),
                     "num_classes": config.num_classes, "dataset": config.dataset,
                     "reference": config.baseline()}
@@ -133,7 +192,8 @@ def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
                            "or set an input_shape attribute on the space")
     return NamedSpace(name=name, space=space, input_shape=_check_shape(name, values["input_shape"]),
                       num_classes=int(values.get("num_classes", 10)), dataset=str(values.get("dataset", "digits")),
-                      reference=values.get("reference", "largest"), kwargs=dict(kwargs))
+                      reference=values.get("reference", "largest"), kwargs=dict(kwargs),
+                      reinitialise=bool(defaults.get("reinitialise", True)))
 
 
 def _construct(spec: str, target: Any, kwargs: Mapping[str, Any]) -> nn.Module:

@@ -24,7 +24,6 @@ from nni_hwaware.options import from_mapping
 from nni_hwaware.profiling import fixed_threads
 from nni_hwaware.spaces.config import SpaceConfig
 from nni_hwaware.spaces.data import make_dataset
-from nni_hwaware.spaces.network import build_network
 
 __all__ = ["TrainConfig", "TrainResult", "evaluate", "train_architecture", "train_network"]
 
@@ -118,7 +117,7 @@ def _loader(data: Dataset, batch_size: int, shuffle: bool, seed: int, workers: i
 
 def train_network(net: nn.Module, dataset: str, train: TrainConfig,
                   on_epoch: Callable[[int, dict[str, float]], None] | None = None,
-                  keep_weights: bool = False) -> TrainResult:
+                  keep_weights: bool = False, input_shape: tuple[int, ...] | None = None) -> TrainResult:
     """Train ``net`` on ``dataset``'s train split; keep the epoch best on validation; test it.
 
     ``on_epoch(epoch, metrics)`` is called after each epoch with the train loss and
@@ -127,7 +126,7 @@ def train_network(net: nn.Module, dataset: str, train: TrainConfig,
     """
     import time
 
-    splits = {s: make_dataset(dataset, s, seed=train.seed, data_dir=train.data_dir)
+    splits = {s: make_dataset(dataset, s, seed=train.seed, data_dir=train.data_dir, shape=input_shape)
               for s in ("train", "val", "test")}
     loaders = {s: _loader(d, train.batch_size, s == "train", train.seed, train.workers)
                for s, d in splits.items()}
@@ -175,14 +174,19 @@ def train_network(net: nn.Module, dataset: str, train: TrainConfig,
                        state_dict=best[3] if keep_weights else None)
 
 
-def train_architecture(config: SpaceConfig, arch: Mapping[str, str], train: TrainConfig,
+def train_architecture(config: SpaceConfig | Any, arch: Mapping[str, Any], train: TrainConfig,
                        on_epoch: Callable[[int, dict[str, float]], None] | None = None,
                        keep_weights: bool = False) -> TrainResult:
-    """Build ``arch`` from random initialisation (seeded by ``train.seed``) and train it."""
+    """Build ``arch`` of a space from random initialisation (seeded by ``train.seed``) and train it.
+
+    ``config`` is the space: a :class:`SpaceConfig` or a
+    :class:`~nni_hwaware.spaces.resolve.NamedSpace` (any NNI model space).
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(train.seed)
-        net = build_network(config, arch)
+        net = config.build(arch)
     with torch.random.fork_rng(devices=[]):
         # Augmentation draws from the global generator: seed it inside the fork too.
         torch.manual_seed(train.seed + 1)
-        return train_network(net, config.dataset, train, on_epoch, keep_weights)
+        return train_network(net, config.dataset, train, on_epoch, keep_weights,
+                             input_shape=tuple(config.input_shape))

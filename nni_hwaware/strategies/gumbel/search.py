@@ -112,8 +112,8 @@ def load_cost_model(config: GumbelSearchConfig, space: SpaceConfig, out: Path) -
 def _datasets(config: GumbelSearchConfig, space: SpaceConfig) -> dict[str, Dataset]:
     from nni_hwaware.spaces.data import make_dataset
 
-    return {split: make_dataset(space.dataset, split, seed=config.seed, data_dir=config.data_dir)
-            for split in ("train", "val")}
+    return {split: make_dataset(space.dataset, split, seed=config.seed, data_dir=config.data_dir,
+                                shape=tuple(space.input_shape)) for split in ("train", "val")}
 
 
 def _evaluator(config: GumbelSearchConfig, space: SpaceConfig, max_epochs: int, out: Path,
@@ -147,12 +147,14 @@ def _evaluator(config: GumbelSearchConfig, space: SpaceConfig, max_epochs: int, 
         gradient_clip_val=None)
 
 
-def search(config: GumbelSearchConfig, space: SpaceConfig, cost_model: CostModel, out: Path, *,
+def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: CostModel | Any, out: Path, *,
            report: Callable[[dict[str, Any]], None] | None = None, callbacks: Sequence[Any] = ()) -> SearchOutcome:
     """Run one search into ``out`` and export its architecture to ``out/arch.json``.
 
-    ``report`` receives each epoch's record (default: NNI's intermediate result);
-    ``callbacks`` are extra Lightning callbacks.
+    ``space`` is a :class:`SpaceConfig` or a :class:`~nni_hwaware.spaces.resolve.NamedSpace`
+    (any NNI model space) and ``cost_model`` its cost model. ``report`` receives each
+    epoch's record (default: NNI's intermediate result); ``callbacks`` are extra
+    Lightning callbacks.
     """
     from nni.nas.execution import SequentialExecutionEngine
     from nni.nas.space import RawFormatModelSpace
@@ -163,13 +165,13 @@ def search(config: GumbelSearchConfig, space: SpaceConfig, cost_model: CostModel
     from nni_hwaware.strategies.gumbel.strategy import HardwareGumbelDARTS
 
     out.mkdir(parents=True, exist_ok=True)
-    labels = [spec.label for spec in space.layer_specs()]
+    labels = list(cost_model.labels)
     max_epochs = StagePlan(labels, config.stages, config.temperature).max_total_epochs()
     start = time.perf_counter()
     with fixed_threads(config.search.threads):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)  # the supernet's initial weights
-            supernet = BlockChoiceSpace(space.to_dict())
+            supernet = BlockChoiceSpace(space.to_dict()) if isinstance(space, SpaceConfig) else space.supernet()
         evaluator = _evaluator(config, space, max_epochs, out, callbacks)
         checkpoint = out / "checkpoints" / "last.ckpt"
         resume = config.search.checkpoint and config.search.resume and checkpoint.is_file()
@@ -181,7 +183,8 @@ def search(config: GumbelSearchConfig, space: SpaceConfig, cost_model: CostModel
             arc_learning_rate=config.search.arc_lr, arc_weight_decay=config.search.arc_weight_decay,
             gradient_clip_val=config.search.gradient_clip, arc_every=config.search.arc_every,
             baseline_bias=config.search.baseline_bias,
-            seed=config.seed, report=report)
+            seed=config.seed, report=report,
+            reference=None if isinstance(space, SpaceConfig) else space.baseline(cost_model))
         try:
             strategy(RawFormatModelSpace(supernet, evaluator), SequentialExecutionEngine())
         except pickle.UnpicklingError as err:

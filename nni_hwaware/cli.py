@@ -12,6 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from nni_hwaware import __version__
 from nni_hwaware.errors import HwAwareError
@@ -74,8 +75,38 @@ def _add_table_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=1, help="batch size (default: 1)")
 
 
+_SPACE_HELP = ("space: a registered name or JSON file, nni:<hub space> (e.g. nni:NasBench201) or "
+               "module:callable returning an NNI ModelSpace")
+
+
+def _add_space(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--space", required=required, help=_SPACE_HELP)
+    parser.add_argument("--space-args", default="{}",
+                        help="keyword arguments of the space as JSON, e.g. '{\"width_mult\": 0.25}'")
+
+
+def _named(args: argparse.Namespace) -> Any:
+    """The space ``--space`` / ``--space-args`` name."""
+    import json
+
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    try:
+        space_args = json.loads(args.space_args)
+    except json.JSONDecodeError as err:
+        raise HwAwareError(f"--space-args is not valid JSON: {err}") from None
+    if not isinstance(space_args, dict):
+        raise HwAwareError("--space-args must be a JSON object of keyword arguments")
+    return resolve_space(args.space, **space_args)
+
+
+def _is_any_space(spec: str) -> bool:
+    """Whether ``spec`` names an NNI model space that is not one of the project's registered spaces."""
+    return ":" in spec and not spec.endswith(".json")
+
+
 def _add_profile(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--space", required=True, help="space name or JSON file")
+    _add_space(parser)
     _add_table_options(parser)
     parser.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=int, default=1,
@@ -95,13 +126,20 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from nni_hwaware.cost_table import CostTable, profile_space
     from nni_hwaware.spaces import get_space_config
 
-    config = get_space_config(args.space)
     existing = CostTable.load(args.out) if args.merge and Path(args.out).exists() else None
-    table = profile_space(config, chip=args.chip, backend=args.backend, device=args.device,
-                          batch_size=args.batch_size, threads=args.threads,
-                          peak_flops=args.peak_flops, seed=args.seed)
-    if existing is not None:
-        table = existing.merge(table)
+    if _is_any_space(args.space):
+        from nni_hwaware.cost_model import profile_model_space
+
+        named = _named(args)
+        table = profile_model_space(named.space, named.dummy_input(), chip=args.chip, backend=args.backend,
+                                    device=args.device, batch_size=args.batch_size, threads=args.threads,
+                                    peak_flops=args.peak_flops, seed=args.seed, table=existing)
+    else:
+        table = profile_space(get_space_config(args.space), chip=args.chip, backend=args.backend,
+                              device=args.device, batch_size=args.batch_size, threads=args.threads,
+                              peak_flops=args.peak_flops, seed=args.seed)
+        if existing is not None:
+            table = existing.merge(table)
     table.save(args.out)
     frame = table.frame
     blocks = frame[frame.kind != "network"]
@@ -234,7 +272,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _add_search_space(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--space", required=True, help="space name or JSON file")
+    _add_space(parser)
     parser.add_argument("--out", help="file to write (default: print)")
 
 
@@ -244,10 +282,8 @@ def _cmd_search_space(args: argparse.Namespace) -> int:
     import json
 
     from nni_hwaware.files import write_json
-    from nni_hwaware.spaces import get_space_config
 
-    config = get_space_config(args.space)
-    space = {s.label: {"_type": "choice", "_value": list(s.candidates)} for s in config.layer_specs()}
+    space = {label: {"_type": "choice", "_value": values} for label, values in _named(args).choices().items()}
     if args.out:
         write_json(args.out, space)
     else:

@@ -215,8 +215,8 @@ def test_tuner_import_data_counts_earlier_trials(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("space", "message"),
     [({"layer1_0": {"_type": "uniform", "_value": [0, 1]}}, "only 'choice'"),
-     ({"conv9": {"_type": "choice", "_value": ["skip"]}}, "not a layer"),
-     ({"layer1_0": {"_type": "choice", "_value": ["skip"]}}, "lacks layers")],
+     ({"conv9": {"_type": "choice", "_value": ["skip"]}}, "not a label"),
+     ({"layer1_0": {"_type": "choice", "_value": ["skip"]}}, "lacks labels")],
 )
 def test_tuner_rejects_bad_search_spaces(tmp_path, space: dict, message: str) -> None:
     table = tmp_path / "t.csv"

@@ -275,8 +275,16 @@ def space_choices(space: nn.Module) -> dict[str, list[Any]]:
         if not isinstance(mutable, _categorical()) or values is None:
             raise HwAwareError(f"label {label!r} is a {type(mutable).__name__}, not a categorical choice; "
                                "use nni.choice(...) (a LayerChoice, Repeat depth or mutable layer argument)")
-        choices[label] = list(values)
+        choices[str(label)] = [_plain(v) for v in values]  # plain str: NNI's labels are a subclass
     return choices
+
+
+def _plain(value: Any) -> Any:
+    """A value as a plain Python type (NNI gives str subclasses), so it pickles and saves anywhere."""
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
 
 
 def _categorical() -> type:

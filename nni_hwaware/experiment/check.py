@@ -37,14 +37,9 @@ def _load(path: Path) -> dict[str, Any]:
 
 def check_config(path: str | os.PathLike[str]) -> list[str]:
     """Raise :class:`HwAwareError` on the first problem; return notes on what will happen."""
-    from nni_hwaware.cost_table import CostModel, CostTable
+    from nni_hwaware.cost_table import CostTable
     from nni_hwaware.strategies.budget import BudgetMask
-    from nni_hwaware.strategies.ppo.tuner import (
-        PPOClassArgsValidator,
-        PPOTuner,
-        baseline_cost,
-        resolve_budget,
-    )
+    from nni_hwaware.strategies.ppo.tuner import PPOClassArgsValidator, PPOTuner
 
     path = Path(path).resolve()
     config = _load(path)
@@ -75,7 +70,6 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
             raise HwAwareError(f"{path.name}: trialCommand trains space {trial_space!r} but the tuner "
                                f"searches {args['space']!r}; use the same space in both")
     ppo = PPOTuner(**args)
-    layer_candidates = _layer_candidates(search_space, ppo)
     if args.get("search_trials") is not None and args.get("retrain") is not None:
         needed = int(args["search_trials"]) + 1
         if int(config.get("maxTrialNumber", needed)) != needed:
@@ -87,29 +81,27 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
     if table_path is not None and not table_path.is_absolute():
         table_path = root / table_path
     if table_path is None or not table_path.exists():
+        _check_labels(search_space, ppo)
         notes.append("no cost table yet: the tuner profiles this machine's chip when the experiment starts")
         return notes
-    table = CostTable.load(table_path)
-    layer_config = ppo.config.with_layer_candidates(layer_candidates)
-    model = CostModel(table, layer_config, chip=args.get("chip"), backend=args.get("backend", "torch"),
-                      batch_size=args.get("batch_size", 1))
-    budget = resolve_budget(args.get("budget"), baseline_cost(
-        table, ppo.config, chip=model.chip, backend=model.backend, batch_size=model.batch_size))
+    model, budget, _ = ppo.search_model(search_space, CostTable.load(table_path))
     BudgetMask(model, budget)  # raises, naming the cheapest achievable cost, when nothing fits
     notes.append(f"cost table {table_path} (chip {model.chip}); budget {budget.limits()}")
     return notes
 
 
-def _layer_candidates(search_space: dict[str, Any], tuner: Any) -> dict[str, list[str]]:
-    labels = [s.label for s in tuner.config.layer_specs()]
-    out = {}
+def _check_labels(search_space: dict[str, Any], tuner: Any) -> None:
+    """The search space's parameters against the space's labels and values (no cost table needed)."""
+    choices = tuner.named.choices()
     for name, spec in search_space.items():
         if not isinstance(spec, dict) or spec.get("_type") != "choice":
             raise HwAwareError(f"search space parameter {name!r} must be a choice")
-        if name not in labels:
-            raise HwAwareError(f"search space parameter {name!r} is not a layer of space {tuner.space!r}")
-        out[name] = [str(v) for v in spec["_value"]]
-    missing = sorted(set(labels) - set(out))
+        if name not in choices:
+            raise HwAwareError(f"search space parameter {name!r} is not a label of space {tuner.space!r}")
+        unknown = sorted({str(v) for v in spec["_value"]} - {str(v) for v in choices[name]})
+        if unknown:
+            raise HwAwareError(f"search space parameter {name!r} has values {unknown} that space "
+                               f"{tuner.space!r} does not have")
+    missing = sorted(set(choices) - set(search_space))
     if missing:
-        raise HwAwareError(f"the search space lacks layers {missing} of space {tuner.space!r}")
-    return out
+        raise HwAwareError(f"the search space lacks labels {missing} of space {tuner.space!r}")

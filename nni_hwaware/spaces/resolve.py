@@ -62,6 +62,8 @@ class NamedSpace:
     kwargs: dict[str, Any] = field(default_factory=dict)
     #: Whether :meth:`build` re-initialises the weights (NNI's freeze copies the supernet's).
     reinitialise: bool = True
+    #: The project's spaces: their config (what block cost tables are read with).
+    config: Any = None
 
     def dummy_input(self) -> torch.Tensor:
         """One input of the space, batch 1 (seeded, the global random state untouched)."""
@@ -176,10 +178,10 @@ def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
             raise HwAwareError(f"space {spec!r} takes no arguments; got {sorted(kwargs)}")
         config = get_space_config(spec)
         space, name = BlockChoiceSpace(config.to_dict()), config.name
-        defaults["reinitialise"] = False  # its freeze builds fresh blocks
         defaults = {"input_shape": (config.in_channels, config.image_size, config.image_size),
                     "num_classes": config.num_classes, "dataset": config.dataset,
-                    "reference": config.baseline()}
+                    "reference": config.baseline(), "config": config,
+                    "reinitialise": False}  # its freeze builds fresh blocks
     from nni_hwaware.nni_fixes import import_nni_nas
 
     if not isinstance(space, import_nni_nas().ModelSpace):
@@ -193,7 +195,7 @@ def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
     return NamedSpace(name=name, space=space, input_shape=_check_shape(name, values["input_shape"]),
                       num_classes=int(values.get("num_classes", 10)), dataset=str(values.get("dataset", "digits")),
                       reference=values.get("reference", "largest"), kwargs=dict(kwargs),
-                      reinitialise=bool(defaults.get("reinitialise", True)))
+                      reinitialise=bool(defaults.get("reinitialise", True)), config=defaults.get("config"))
 
 
 def _construct(spec: str, target: Any, kwargs: Mapping[str, Any]) -> nn.Module:

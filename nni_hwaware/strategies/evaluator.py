@@ -4,38 +4,57 @@
 are plain values (NNI serialises them into each trial): the network NNI froze
 is trained on the space's data set and reported as
 :func:`nni_hwaware.trial.run.trial_metrics` (``default`` = validation top-1,
-plus the cost table's latency, memory, FLOPs, params and the echoed ``arch``).
+plus the cost model's latency, memory, FLOPs, params and the echoed ``arch``).
+``space`` is anything :func:`~nni_hwaware.spaces.resolve.resolve_space` takes as a
+string (a registered name, ``nni:<hub space>``, ``module:callable``), with ``space_args``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["evaluate_network", "hardware_evaluator"]
+from nni.nas.evaluator import FunctionalEvaluator
+
+__all__ = ["SampleEvaluator", "evaluate_network", "hardware_evaluator"]
+
+
+class SampleEvaluator(FunctionalEvaluator):
+    """A ``FunctionalEvaluator`` whose function also gets the sample NNI froze the network from.
+
+    NNI gives a functional evaluator only the network; a network of an arbitrary
+    space does not say which choices made it, and the costs need them.
+    """
+
+    def _execute(self, model: Any) -> Any:
+        sample = getattr(model, "sample", None)
+        return self.function(model.executable_model(), sample=dict(sample or {}), **self.arguments)
 
 
 def evaluate_network(model: Any, space: str, table: str, chip: str | None = None, backend: str = "torch",
-                     batch_size: int = 1, train: dict[str, Any] | None = None) -> None:
+                     batch_size: int = 1, train: dict[str, Any] | None = None,
+                     space_args: dict[str, Any] | None = None, sample: dict[str, Any] | None = None) -> None:
     import nni
+    import torch
 
-    from nni_hwaware.cost_table import CostModel, CostTable
-    from nni_hwaware.spaces import get_space_config
+    from nni_hwaware.cost_model import space_model
+    from nni_hwaware.cost_table import CostTable
+    from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.trial.run import trial_metrics
     from nni_hwaware.trial.train import TrainConfig, train_network
 
-    config = get_space_config(space)
-    arch = getattr(model, "arch", None)
-    if arch is None:
-        raise TypeError("the evaluator needs a network frozen from a BlockChoiceSpace")
-    costs = CostModel(CostTable.load(table), config, chip=chip, backend=backend,
-                      batch_size=batch_size).predict(arch).metrics()
-    result = train_network(model, config.dataset, TrainConfig.from_dict(train or {}),
+    named = resolve_space(space, **(space_args or {}))
+    arch = named.check_architecture(sample or getattr(model, "arch", None) or {})
+    costs = space_model(named, CostTable.load(table), chip=chip, backend=backend,
+                        batch_size=batch_size).predict(arch).metrics()
+    config = TrainConfig.from_dict(train or {})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        network = named.build(arch)  # weights from the seed, not the supernet's
+    result = train_network(network, named.dataset, config, input_shape=named.input_shape,
                            on_epoch=lambda epoch, r: nni.report_intermediate_result(r["val_top1"]))
     nni.report_final_result(trial_metrics(arch, result.metrics(), costs))
 
 
 def hardware_evaluator(space: str, table: str, **options: Any) -> Any:
-    """A ``FunctionalEvaluator`` running :func:`evaluate_network` with these options."""
-    from nni.nas.evaluator import FunctionalEvaluator
-
-    return FunctionalEvaluator(evaluate_network, space=space, table=table, **options)
+    """A :class:`SampleEvaluator` running :func:`evaluate_network` with these options."""
+    return SampleEvaluator(evaluate_network, space=space, table=table, **options)

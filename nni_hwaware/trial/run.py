@@ -1,8 +1,9 @@
 """The NNI trial of a multi-trial search: build the sampled network, train, report.
 
-``python -m nni_hwaware.trial --space digits --table cost_table.csv`` is the
-``trialCommand`` of the search experiments. The parameters NNI hands over are the
-architecture (layer label -> block name). Every epoch reports an intermediate
+``python -m nni_hwaware.trial`` is the ``trialCommand`` of the search experiments.
+The parameters NNI hands over are the architecture (label -> value) and what the
+trial needs to build the space and read its costs (``_space``, ``_space_args``,
+``_table``, ``_chip``); ``--space``/``--table`` run it without the tuner. Every epoch reports an intermediate
 result ``{default: val_top1, val_top3, train_loss, epoch}``; the final result is
 ``{default: val_top1, val_top3, test_top1, test_top3, latency_ms, memory_mb,
 flops, params, arch}``: the hardware costs are the cost table's prediction for
@@ -32,7 +33,9 @@ def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float],
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m nni_hwaware.trial", description=__doc__.splitlines()[0])
-    parser.add_argument("--space", required=True, help="space name or JSON file")
+    parser.add_argument("--space", help="space: a name, a JSON file, nni:<hub space> or module:callable "
+                        "(default: the one the tuner names)")
+    parser.add_argument("--space-args", help="keyword arguments of the space as JSON")
     parser.add_argument("--table", help="cost table of the target chip (default: the one the tuner names)")
     parser.add_argument("--chip", help="chip in the table (default: its only chip)")
     parser.add_argument("--backend", default="torch")
@@ -57,36 +60,44 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     import nni
 
-    from nni_hwaware.cost_table import CostModel, CostTable
+    from nni_hwaware.cost_model import space_model
+    from nni_hwaware.cost_table import CostTable
     from nni_hwaware.nni_fixes import next_parameters
-    from nni_hwaware.spaces import get_space_config
     from nni_hwaware.spaces.io import load_architecture
+    from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.trial.train import TrainConfig, train_architecture
 
-    config = get_space_config(args.space)
     train = TrainConfig.from_json(args.train, epochs=args.epochs, threads=args.threads,
                                   data_dir=args.data_dir, device=args.device)
     params = {} if args.arch else (next_parameters() or {})
+    space = args.space or params.get("_space")
+    if not space:
+        raise HwAwareError("no space: pass --space NAME (or run under the PPO tuner, which names it)")
+    try:
+        space_args = json.loads(args.space_args) if args.space_args else dict(params.get("_space_args") or {})
+    except json.JSONDecodeError as err:
+        raise HwAwareError(f"--space-args is not valid JSON: {err}") from None
+    named = resolve_space(space, **space_args)
     table = args.table or params.get("_table")
     if not table:
         raise HwAwareError("no cost table: pass --table FILE (or run under the PPO tuner, which names it)")
-    model = CostModel(CostTable.load(table), config, chip=args.chip or params.get("_chip"),
-                      backend=args.backend, batch_size=args.batch_size)
+    model = space_model(named, CostTable.load(table), chip=args.chip or params.get("_chip"),
+                        backend=args.backend, batch_size=args.batch_size)
     if params.get("_retrain"):
-        return _retrain(config, model, params)
+        return _retrain(named, model, params)
     if args.arch:
-        arch = load_architecture(args.arch, config)
+        arch = load_architecture(args.arch, named)
     else:
         if not params:
             raise HwAwareError("no parameters from NNI: run this as an NNI trial, or pass --arch FILE")
-        arch = config.check_architecture({k: v for k, v in params.items() if not k.startswith("_")})
+        arch = named.check_architecture({k: v for k, v in params.items() if not k.startswith("_")})
     costs = model.predict(arch).metrics()
 
     def on_epoch(epoch: int, record: Mapping[str, float]) -> None:
         nni.report_intermediate_result({"default": record["val_top1"], "val_top3": record["val_top3"],
                                         "train_loss": record["train_loss"], "epoch": epoch})
 
-    result = train_architecture(config, arch, train, on_epoch)
+    result = train_architecture(named, arch, train, on_epoch)
     final = trial_metrics(arch, result.metrics(), costs)
     nni.report_final_result(final)
     print(json.dumps(final))
@@ -126,12 +137,12 @@ def _retrain(config: Any, model: Any, params: Mapping[str, Any]) -> int:
     best = best_trial(trials)
     train = TrainConfig.from_dict(params.get("_train") or {})
     results = {}
-    for name, arch in (("baseline", config.baseline()), ("found", best["arch"])):
+    for name, arch in (("baseline", config.baseline(model)), ("found", best["arch"])):
         results[name] = evaluate_architecture(config, arch, train, cost_model=model, name=name,
                                               threads=model.threads)
         nni.report_intermediate_result({"default": results[name].test_top1, "retrained": name})
     paths = write_search_report(out_dir, results["baseline"], results["found"], trials,
-                                baseline_predicted_ms=model.predict(config.baseline()).latency_ms)
+                                baseline_predicted_ms=model.predict(config.baseline(model)).latency_ms)
     found, base = results["found"], results["baseline"]
     final = {"default": found.test_top1, "retrain": True, "test_top3": found.test_top3,
              "latency_ms": found.latency_ms, "memory_mb": found.memory_mb,

@@ -2,9 +2,10 @@
 
 ``classArgs`` are this class's constructor arguments, checked against its
 signature by :class:`PPOClassArgsValidator` (one schema: the signature). The
-experiment's search space must be ``choice`` parameters named like the space's
-layers (``nni-hwaware search-space --space NAME`` writes it); a space file or
-name fixes the layers' shapes.
+space is any NNI model space (``space``: a registered name, ``nni:<hub space>`` or
+``module:callable``, with ``space_args``); the experiment's search space must be
+``choice`` parameters named like the space's labels, with some or all of their
+values (``nni-hwaware search-space --space NAME`` writes it).
 
 At start the tuner loads the cost table (or profiles this machine's chip into
 it), optionally prunes the space (``prune: {mode: layer-mean, ...}``), resolves
@@ -39,12 +40,14 @@ from nni_hwaware.files import atomic_open, write_json
 from nni_hwaware.strategies.ppo.config import PPOConfig
 
 if TYPE_CHECKING:
+    from nni_hwaware.cost_model import SpaceCostModel
     from nni_hwaware.cost_table import CostModel, CostTable
     from nni_hwaware.spaces import SpaceConfig
+    from nni_hwaware.spaces.resolve import NamedSpace
     from nni_hwaware.strategies.budget import Budget
     from nni_hwaware.strategies.ppo.core import PPOSearch
 
-__all__ = ["PPOClassArgsValidator", "PPOTuner", "baseline_cost", "resolve_budget"]
+__all__ = ["PPOClassArgsValidator", "PPOTuner", "resolve_budget"]
 
 _logger = logging.getLogger("nni_hwaware.ppo")
 #: Seconds a trial NNI reports as succeeded has to deliver its final result before it counts as failed.
@@ -77,14 +80,6 @@ def _output_dir() -> Path:
     """``<experiment dir>/hwaware`` under NNI, ``./hwaware-outputs`` otherwise."""
     log_dir = os.environ.get("NNI_LOG_DIRECTORY")
     return Path(log_dir).resolve().parent / "hwaware" if log_dir else Path.cwd() / "hwaware-outputs"
-
-
-def baseline_cost(table: CostTable, config: SpaceConfig, **select: Any) -> dict[str, float]:
-    """The cost-table prediction of ``config``'s baseline (plain ResNet50 of the space)."""
-    from nni_hwaware.cost_table import CostModel
-
-    only_baseline = config.with_layer_candidates({s.label: [config.baseline_block] for s in config.layer_specs()})
-    return CostModel(table, only_baseline, **select).predict(config.baseline()).metrics()
 
 
 def resolve_budget(spec: Mapping[str, float | str] | None, baseline: Mapping[str, float]) -> Budget:
@@ -136,13 +131,15 @@ class PPOTuner(Tuner):
     counts decisions, results and failures.
     """
 
-    def __init__(self, space: str, table: str | None = None, *, chip: str | None = None,
+    def __init__(self, space: str, table: str | None = None, *, space_args: dict[str, Any] | None = None,
+                 chip: str | None = None,
                  backend: str = "torch", batch_size: int = 1, budget: dict[str, Any] | None = None,
                  prune: dict[str, Any] | None = None, ppo: dict[str, Any] | None = None,
                  state_file: str | None = None, search_trials: int | None = None,
                  retrain: dict[str, Any] | None = None, device: str = "cpu") -> None:
         self.space = str(_resolve(space)) if space.endswith(".json") else space
-        self._config: SpaceConfig | None = None
+        self.space_args = dict(space_args or {})
+        self._named: NamedSpace | None = None
         self.output_dir = _output_dir()
         self.table_path = str(_resolve(table)) if table else str(self.output_dir / "cost_table.csv")
         if not Path(self.table_path).exists():  # profiled at start and written there
@@ -162,7 +159,8 @@ class PPOTuner(Tuner):
         self._results: list[dict[str, Any]] = []
         self._retrain_sent = False
         self.search: PPOSearch | None = None
-        self.model: CostModel | None = None
+        #: The cost model the search masks with (the search space's values, pruned).
+        self.model: SpaceCostModel | None = None
         #: Whether the architectures in flight when the state was saved run again after a
         #: resume (nnictl resume reruns them; NasExperiment does not, see PPOStrategy).
         self.rerun_in_flight = True
@@ -183,26 +181,61 @@ class PPOTuner(Tuner):
 
     # -- setup ---------------------------------------------------------------------
     @property
-    def config(self) -> SpaceConfig:
-        """The search space's config (resolved on first use: importing the spaces needs torch)."""
-        if self._config is None:
-            from nni_hwaware.spaces import get_space_config
+    def named(self) -> NamedSpace:
+        """The searched space (resolved on first use: building spaces needs torch)."""
+        if self._named is None:
+            from nni_hwaware.spaces.resolve import resolve_space
 
-            self._config = get_space_config(self.space)
-        return self._config
+            self._named = resolve_space(self.space, **self.space_args)
+        return self._named
 
     def _table(self) -> CostTable:
-        from nni_hwaware.cost_table import CostTable, profile_space
+        from nni_hwaware.cost_model import load_or_profile
 
-        if self.table_path and Path(self.table_path).exists():
-            return CostTable.load(self.table_path)
-        _writable(Path(self.table_path), "cost table")
-        _logger.info("profiling space %s on this machine's chip", self.config.name)
-        table = profile_space(self.config, chip=self.chip, backend=self.backend, device=self.device,
-                              batch_size=self.batch_size, progress=False)
-        if self.table_path:
-            table.save(self.table_path)
-        return table
+        if not Path(self.table_path).exists():
+            _writable(Path(self.table_path), "cost table")
+            _logger.info("profiling space %s on this machine's chip", self.named.name)
+        return load_or_profile(self.named, self.table_path, chip=self.chip, backend=self.backend,
+                               batch_size=self.batch_size, device=self.device)
+
+    def search_model(self, search_space: Mapping[str, Any], table: CostTable
+                     ) -> tuple[SpaceCostModel, Budget, dict[str, Any]]:
+        """The cost model of the search space's values (pruned as asked), the budget and the reference.
+
+        The budget's percentages are of the reference network's cost under the whole space's model.
+        """
+        from nni_hwaware.cost_model import space_model
+
+        full = space_model(self.named, table, chip=self.chip, backend=self.backend, batch_size=self.batch_size)
+        choices = full.choices()
+        allowed: dict[str, list[Any]] = {}
+        for name, spec in search_space.items():
+            kind = spec.get("_type") if isinstance(spec, Mapping) else None
+            if kind != "choice":
+                raise HwAwareError(f"search space parameter {name!r} is {kind!r}; the PPO tuner takes only 'choice'")
+            if name not in choices:
+                raise HwAwareError(f"search space parameter {name!r} is not a label of space "
+                                   f"{self.named.name!r} (labels: {', '.join(choices)})")
+            wanted = [str(v) for v in spec["_value"]]
+            allowed[name] = [v for v in choices[name] if str(v) in wanted]
+            unknown = sorted(set(wanted) - {str(v) for v in choices[name]})
+            if unknown:
+                raise HwAwareError(f"search space parameter {name!r} has values {unknown} that space "
+                                   f"{self.named.name!r} does not have; its values: {choices[name]}")
+        missing = [label for label in choices if label not in allowed]
+        if missing:
+            raise HwAwareError(f"the search space lacks labels {missing} of space {self.named.name!r}")
+        model = full.restrict(allowed)
+        if self.prune_options is not None:
+            from nni_hwaware.pruning import prune_choices
+
+            result = prune_choices(model, **self.prune_options)
+            before, after = result.sizes()
+            _logger.info("pruned the space from %d to %d architectures", before, after)
+            model = result.model
+        reference = self.named.baseline(full)
+        budget = resolve_budget(self.budget_spec, full.predict(reference).metrics())
+        return model, budget, reference
 
     def update_search_space(self, search_space: Mapping[str, Any]) -> None:
         try:
@@ -214,40 +247,14 @@ class PPOTuner(Tuner):
     def _setup(self, search_space: Mapping[str, Any]) -> None:
         import torch
 
-        from nni_hwaware.cost_table import CostModel
         from nni_hwaware.strategies.ppo.core import PPOSearch
 
         if self.retrain is not None:
             from nni_hwaware.trial.train import TrainConfig
 
             TrainConfig.from_dict(self.retrain)
-        labels = {spec.label: spec for spec in self.config.layer_specs()}
-        layer_candidates: dict[str, list[str]] = {}
-        for name, spec in search_space.items():
-            kind = spec.get("_type") if isinstance(spec, Mapping) else None
-            if kind != "choice":
-                raise HwAwareError(f"search space parameter {name!r} is {kind!r}; the PPO tuner takes only 'choice'")
-            if name not in labels:
-                raise HwAwareError(f"search space parameter {name!r} is not a layer of space "
-                                   f"{self.config.name!r} (layers: {', '.join(labels)})")
-            layer_candidates[name] = [str(v) for v in spec["_value"]]
-        missing = sorted(set(labels) - set(layer_candidates))
-        if missing:
-            raise HwAwareError(f"the search space lacks layers {missing} of space {self.config.name!r}")
-        config = self.config.with_layer_candidates(layer_candidates)
-        table = self._table()
-        model = CostModel(table, config, chip=self.chip, backend=self.backend, batch_size=self.batch_size)
-        if self.prune_options is not None:
-            from nni_hwaware.pruning import prune_space
-
-            result = prune_space(model, **self.prune_options)
-            before, after = result.sizes()
-            _logger.info("pruned the space from %d to %d architectures", before, after)
-            model = CostModel(table, result.config, chip=model.chip, backend=self.backend,
-                              batch_size=self.batch_size)
+        model, budget, _ = self.search_model(search_space, self._table())
         self.model = model
-        budget = resolve_budget(self.budget_spec, baseline_cost(
-            table, self.config, chip=model.chip, backend=self.backend, batch_size=self.batch_size))
         self.search = PPOSearch(model, budget, self.ppo_config)
         if self.state_file and Path(self.state_file).exists():  # saved at every event: the newest
             try:  # tensors and plain containers only: never unpickles objects
@@ -305,13 +312,17 @@ class PPOTuner(Tuner):
         self._params[parameter_id] = arch
         self._sent.add(parameter_id)
         self._save_state()  # in flight from now on: a resumed search must not propose it again
-        return {**arch, "_table": self.table_path, "_chip": self.model.chip if self.model else None}
+        return {**arch, **self._space_parameters()}
+
+    def _space_parameters(self) -> dict[str, Any]:
+        """What a trial needs to build the space and its cost model, besides the architecture."""
+        return {"_space": self.space, "_space_args": self.space_args, "_table": self.table_path,
+                "_chip": self.model.chip if self.model else None}
 
     def _retrain_parameters(self) -> dict[str, Any]:
         """The last trial: retrain the best architecture and the baseline, write the report."""
         search = self._ready()
-        return {"_retrain": True, "_table": self.table_path, "_chip": self._ready().model.chip,
-                "_train": self.retrain, "_output_dir": str(self.output_dir),
+        return {"_retrain": True, **self._space_parameters(), "_train": self.retrain, "_output_dir": str(self.output_dir),
                 "_history_file": str(self.output_dir / "trials.json"),
                 # not the reruns of a resume: NNI never tells the tuner when those fail
                 "_expected": len(search.history.order) + len(set(search.pending) - self._resumed)}
@@ -417,8 +428,8 @@ class PPOTuner(Tuner):
             except json.JSONDecodeError:
                 raise HwAwareError(f"trial {parameter_id} echoed a malformed arch {echoed!r}") from None
             if not isinstance(parameters, dict):
-                raise HwAwareError(f"trial {parameter_id} echoed {echoed!r}, not a layer -> block mapping")
-            arch = {k: str(v) for k, v in parameters.items() if not k.startswith("_")}
+                raise HwAwareError(f"trial {parameter_id} echoed {echoed!r}, not a label -> value mapping")
+            arch = self.named.check_architecture({k: v for k, v in parameters.items() if not k.startswith("_")})
             sent = self._params.get(parameter_id) if parameter_id is not None else None
             if sent is not None and sent != arch:
                 self._mismatches += 1
@@ -426,7 +437,7 @@ class PPOTuner(Tuner):
             return arch
         if parameter_id is not None and parameter_id in self._params:
             return self._params[parameter_id]
-        return {k: str(v) for k, v in parameters.items() if not k.startswith("_")}
+        return self.named.check_architecture({k: v for k, v in parameters.items() if not k.startswith("_")})
 
     def _save_state(self) -> None:
         """The state file only: what changes with a proposal."""
@@ -466,11 +477,11 @@ class PPOClassArgsValidator(ClassArgsValidator):
         except TypeError as err:
             raise ValueError(f"PPOTuner classArgs: {err}") from None
         PPOConfig.from_dict(kwargs.get("ppo"))
-        from nni_hwaware.spaces import get_space_config
+        from nni_hwaware.spaces.resolve import resolve_space
         from nni_hwaware.strategies.budget import Budget
 
         Budget.from_dict({k: 1.0 for k in (kwargs.get("budget") or {})})
-        get_space_config(kwargs["space"])
+        resolve_space(kwargs["space"], **(kwargs.get("space_args") or {}))
         if kwargs.get("retrain") is not None:
             from nni_hwaware.trial.train import TrainConfig
 

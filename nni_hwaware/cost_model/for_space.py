@@ -1,0 +1,65 @@
+"""A named space's cost model from a cost-table file, profiled on this machine when missing.
+
+What every entry point (the PPO tuner, its trials, the evaluator, the Gumbel
+pipeline, the command line) does to get from ``space`` + ``table`` to a
+:class:`~nni_hwaware.cost_model.SpaceCostModel`:
+
+* a table with leaf rows (:func:`~nni_hwaware.cost_model.profile_model_space`, any space)
+  is read through the space's leaves;
+* a table of the project's block rows (``nni-hwaware profile`` of a registered space,
+  :func:`nni_hwaware.cost_table.profile_space`) through its block cost model;
+* a missing table is profiled here (every distinct leaf once) and written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from nni_hwaware.cost_model.blocks import block_cost_model
+from nni_hwaware.cost_model.leaves import SpaceLeaves, find_leaves
+from nni_hwaware.cost_model.model import SpaceCostModel
+from nni_hwaware.cost_model.profile import profile_model_space, space_cost_model
+from nni_hwaware.cost_table.table import CostTable
+from nni_hwaware.errors import HwAwareError
+
+__all__ = ["load_or_profile", "space_model"]
+
+
+def _leaves(named: Any) -> SpaceLeaves:
+    cached = getattr(named, "_leaves", None)
+    if cached is None:
+        cached = find_leaves(named.space, named.dummy_input())
+        object.__setattr__(named, "_leaves", cached)
+    return cached
+
+
+def load_or_profile(named: Any, path: str | os.PathLike[str] | None, *, chip: str | None = None,
+                    backend: str = "torch", batch_size: int = 1, device: str = "cpu", threads: int | None = 1,
+                    seed: int = 0, progress: bool = False) -> CostTable:
+    """The table at ``path``; when there is none, the space profiled on this machine (and saved there)."""
+    if path is not None and Path(path).is_file():
+        return CostTable.load(path)
+    table = profile_model_space(named.space, named.dummy_input(), chip=chip, backend=backend, device=device,
+                                batch_size=batch_size, threads=threads, seed=seed, progress=progress,
+                                leaves=_leaves(named))
+    if path is not None:
+        table.save(path)
+    return table
+
+
+def space_model(named: Any, table: CostTable, *, chip: str | None = None, backend: str = "torch",
+                batch_size: int = 1) -> SpaceCostModel:
+    """The cost model of ``named`` (a :class:`~nni_hwaware.spaces.resolve.NamedSpace`) from ``table``."""
+    frame = table.frame
+    if (frame.kind == "leaf").any():
+        return space_cost_model(_leaves(named), table, chip=chip, backend=backend, batch_size=batch_size,
+                                name=named.name)
+    config = getattr(named, "config", None)
+    if config is None:
+        raise HwAwareError(f"the cost table holds the project's block rows, not the leaves of space {named.name!r}; "
+                           "profile this space (nni-hwaware profile --space ...)")
+    from nni_hwaware.cost_table.predict import CostModel
+
+    return block_cost_model(CostModel(table, config, chip=chip, backend=backend, batch_size=batch_size))

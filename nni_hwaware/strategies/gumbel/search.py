@@ -40,7 +40,7 @@ from nni_hwaware.profiling import fixed_threads
 from nni_hwaware.spaces.config import Architecture, SpaceConfig
 from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
 
-__all__ = ["EpochShuffle", "SearchOutcome", "load_cost_model", "run_pipeline", "search"]
+__all__ = ["EpochShuffle", "SearchOutcome", "gumbel_evaluator", "load_cost_model", "run_pipeline", "search"]
 
 
 class EpochShuffle(Sampler[int]):
@@ -116,8 +116,9 @@ def _datasets(config: GumbelSearchConfig, space: SpaceConfig) -> dict[str, Datas
                                 shape=tuple(space.input_shape)) for split in ("train", "val")}
 
 
-def _evaluator(config: GumbelSearchConfig, space: SpaceConfig, max_epochs: int, out: Path,
-               extra_callbacks: Sequence[Any] = ()) -> Any:
+def gumbel_evaluator(config: GumbelSearchConfig, space: SpaceConfig | Any, max_epochs: int, out: Path,
+                     extra_callbacks: Sequence[Any] = ()) -> Any:
+    """NNI's Lightning ``Classification`` evaluator of a search: the space's data, ``config.search``'s options."""
     from functools import partial
 
     from nni.nas.evaluator.pytorch import Classification, DataLoader
@@ -172,7 +173,7 @@ def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: Cos
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)  # the supernet's initial weights
             supernet = BlockChoiceSpace(space.to_dict()) if isinstance(space, SpaceConfig) else space.supernet()
-        evaluator = _evaluator(config, space, max_epochs, out, callbacks)
+        evaluator = gumbel_evaluator(config, space, max_epochs, out, callbacks)
         checkpoint = out / "checkpoints" / "last.ckpt"
         resume = config.search.checkpoint and config.search.resume and checkpoint.is_file()
         if resume:

@@ -1,0 +1,130 @@
+"""Both strategies end to end on spaces the project did not write: NNI's NasBench201 and
+ProxylessNAS (small, on a CPU) and the own-space example, through nnictl (PPO) and
+NasExperiment (PPO and Gumbel). Trials train one epoch on digits upsampled to the space's input."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nni_hwaware.cost_model import load_or_profile, space_model
+from nni_hwaware.spaces.resolve import resolve_space
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "own_space"))
+
+SPACES = {
+    "nni:NasBench201": {"num_modules_per_stack": 1, "stem_out_channels": 8},
+    "nni:ProxylessNAS": {"width_mult": 0.25},
+    "own_space:OwnSpace": {},
+}
+TRAIN = {"epochs": 1, "threads": 1, "batch_size": 128}
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A cost table of each space on this CPU (quick timing: the tests check budgets, not figures)."""
+    from nni_hwaware.cost_model import profile_model_space
+
+    out = {}
+    for spec, args in SPACES.items():
+        named = resolve_space(spec, **args)
+        path = tmp_path_factory.mktemp("tables") / "table.csv"
+        profile_model_space(named.space, named.dummy_input(), progress=False, peak_flops=1e10,
+                            calibration_samples=2, max_seconds=0.2, min_runs=3).save(path)
+        out[spec] = path
+    return out
+
+
+def _latency_ok(spec: str, table: Path, archs: list[dict[str, Any]], fraction: float) -> None:
+    named = resolve_space(spec, **SPACES[spec])
+    from nni_hwaware.cost_table import CostTable
+
+    model = space_model(named, CostTable.load(table))
+    limit = fraction * model.predict(named.baseline(model)).latency_ms
+    for arch in archs:
+        assert model.predict(named.check_architecture(arch)).latency_ms <= limit * (1 + 1e-9), arch
+
+
+@pytest.mark.slow
+@pytest.mark.nnictl
+@pytest.mark.parametrize("spec", list(SPACES))
+def test_ppo_through_nnictl_on_any_space(spec: str, tables: dict[str, Path], tmp_path: Path) -> None:
+    from nni_hwaware.cli import main
+    from nni_hwaware.experiment import create_experiment, write_config
+
+    search_space = tmp_path / "search_space.json"
+    assert main(["search-space", "--space", spec, "--space-args", json.dumps(SPACES[spec]),
+                 "--out", str(search_space)]) == 0
+    template = {
+        "searchSpaceFile": str(search_space),
+        "trialCommand": f"{shlex.quote(sys.executable)} -m nni_hwaware.trial --train '{json.dumps(TRAIN)}'",
+        "trialCodeDirectory": str(ROOT / "examples" / "own_space"),
+        "trialConcurrency": 2,
+        "maxTrialNumber": 3,
+        "tuner": {"codeDirectory": str(tmp_path), "className": "nni_hwaware.strategies.ppo.tuner.PPOTuner",
+                  "classArgs": {"space": spec, "space_args": SPACES[spec], "table": str(tables[spec]),
+                                "budget": {"latency_ms": "80%"}, "ppo": {"seed": 0, "update_every": 2}}},
+        "trainingService": {"platform": "local"},
+    }
+    path = write_config(template, tmp_path / "config.yml", tmp_path / "experiments")
+    with create_experiment(path, env={"PYTHONPATH": str(ROOT / "examples" / "own_space")}) as experiment:
+        assert experiment.wait(timeout=400) == "DONE", experiment.describe()
+        jobs = experiment.trial_jobs()
+        metrics = experiment.final_metrics()
+    assert len(jobs) == 3 and all(job["status"] == "SUCCEEDED" for job in jobs)
+    archs = [json.loads(m["arch"]) for m in metrics]
+    assert len({json.dumps(a, sort_keys=True) for a in archs}) == 3
+    assert all({"latency_ms", "memory_mb", "flops", "params"} <= set(m) for m in metrics)
+    _latency_ok(spec, tables[spec], archs, 0.8)  # 0 proposals over budget against the model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", list(SPACES))
+def test_ppo_and_gumbel_through_nas_experiment_on_any_space(spec: str, tables: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    from nni.nas.experiment import NasExperiment, NasExperimentConfig
+
+    from nni_hwaware.strategies.evaluator import hardware_evaluator
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, HardwareGumbelDARTS
+    from nni_hwaware.strategies.gumbel.search import gumbel_evaluator
+    from nni_hwaware.strategies.ppo.strategy import PPOStrategy
+
+    named = resolve_space(spec, **SPACES[spec])
+    table = str(tables[spec])
+    strategy = PPOStrategy(spec, table, space_args=SPACES[spec], budget={"latency_ms": "80%"},
+                           ppo={"seed": 0, "update_every": 2})
+    experiment = NasExperiment(named.space, hardware_evaluator(spec, table, space_args=SPACES[spec], train=TRAIN),
+                               strategy, NasExperimentConfig("sequential", "raw"))
+    experiment.config.max_trial_number = 2
+    experiment.config.experiment_working_directory = str(tmp_path / "ppo")
+    experiment.run()
+    results = strategy.tuner._results
+    experiment.stop()
+    assert len(results) == 2 and all(0.0 <= r["default"] <= 1.0 for r in results)
+    _latency_ok(spec, tables[spec], [r["arch"] for r in results], 0.8)
+
+    # Gumbel: NNI's NasExperiment with the strategy and a Lightning evaluator (one epoch)
+    from nni_hwaware.cost_table import CostTable
+
+    model = space_model(named, CostTable.load(table))
+    config = GumbelSearchConfig.from_dict({
+        "out": str(tmp_path / "gumbel"), "seed": 0, "penalty": {"alpha": 1.0, "gamma": 0.5},
+        "stages": {"order": ["all"], "max_epochs": 1, "min_epochs": 1},
+        "search": {"batch_size": 128, "threads": 1, "checkpoint": False, "accelerator": "cpu"}})
+    gumbel = HardwareGumbelDARTS(model, penalty=config.penalty, temperature=config.temperature,
+                                 staging=config.stages, seed=0, report=lambda record: None,
+                                 reference=named.baseline(model))
+    experiment = NasExperiment(named.supernet(), gumbel_evaluator(config, named, 1, tmp_path / "gumbel"), gumbel)
+    experiment.run()
+    exported = experiment.export_top_models(formatter="dict")[0]
+    experiment.stop()
+    arch = named.check_architecture(exported)
+    assert arch == named.check_architecture(gumbel.export_architecture())
+    history = gumbel.history
+    assert len(history) == 1 and history[0]["expected_latency_ms"] > 0

@@ -22,9 +22,9 @@ import time
 
 sys.path.insert(0, os.getcwd())
 
-from nni_hwaware.cost_model import find_leaves, profile_model_space, space_cost_model  # noqa: E402
-from nni_hwaware.cost_model.fidelity import check_fidelity  # noqa: E402
-from nni_hwaware.spaces.resolve import resolve_space  # noqa: E402
+from nni_hwaware.cost_model import find_leaves, profile_model_space, space_cost_model
+from nni_hwaware.cost_model.fidelity import check_fidelity
+from nni_hwaware.spaces.resolve import resolve_space
 
 DEFAULT_SPACES = ["nni:NasBench201", "nni:ProxylessNAS", "nni:ShuffleNetSpace", "nni:MobileNetV3Space",
                   "own_space:OwnSpace", "digits"]

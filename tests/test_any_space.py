@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nni_hwaware.cost_model import load_or_profile, space_model
+from nni_hwaware.cost_model import space_model
 from nni_hwaware.spaces.resolve import resolve_space
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 import math
 
+import nni
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 from torch import nn
 
-import nni
 from nni_hwaware.cost_model import (
     CostFactor,
     SpaceCostModel,
@@ -126,7 +126,7 @@ def test_choice_table_builds_a_model_from_per_choice_costs(tmp_path) -> None:
         choice_cost_model(path, choices={"e0": ["skip", "conv", "pool"], "depth": [1, 2]})
     bad = pd.read_csv(path)
     bad.loc[1, "latency_ms"] = -1
-    with pytest.raises(HwAwareError, match="row 1 .*latency_ms"):
+    with pytest.raises(HwAwareError, match=r"row 1 .*latency_ms"):
         choice_cost_model(bad)
 
 

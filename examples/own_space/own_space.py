@@ -11,6 +11,8 @@ what the space takes; ``reference`` names the network budgets compare with.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import nni
 import torch
 from nni.nas.nn.pytorch import LayerChoice, ModelSpace, MutableBatchNorm2d, MutableConv2d, Repeat
@@ -42,7 +44,8 @@ class OwnSpace(ModelSpace):
     input_shape = (1, 8, 8)
     num_classes = 10
     dataset = "digits"
-    reference = {"width1": 64, "op1": "conv5x5", "depth1": 3, "width2": 96, "op2": "conv5x5", "depth2": 3}
+    reference: ClassVar[dict] = {"width1": 64, "op1": "conv5x5", "depth1": 3, "width2": 96, "op2": "conv5x5",
+                                 "depth2": 3}
 
     def __init__(self) -> None:
         super().__init__()

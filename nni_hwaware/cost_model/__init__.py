@@ -12,7 +12,13 @@ from __future__ import annotations
 from nni_hwaware.cost_model.blocks import block_cost_model
 from nni_hwaware.cost_model.choices import choice_cost_model, load_choice_table
 from nni_hwaware.cost_model.for_space import load_or_profile, space_model
-from nni_hwaware.cost_model.leaves import LeafEntry, LeafTerm, SpaceLeaves, find_leaves, space_choices
+from nni_hwaware.cost_model.leaves import (
+    LeafEntry,
+    LeafTerm,
+    SpaceLeaves,
+    find_leaves,
+    space_choices,
+)
 from nni_hwaware.cost_model.model import ADDITIVE, CostFactor, SpaceCostModel
 from nni_hwaware.cost_model.profile import (
     measure_samples,
@@ -31,8 +37,8 @@ __all__ = [
     "block_cost_model",
     "choice_cost_model",
     "find_leaves",
-    "load_or_profile",
     "load_choice_table",
+    "load_or_profile",
     "measure_samples",
     "profile_model_space",
     "random_samples",

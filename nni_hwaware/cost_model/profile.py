@@ -36,7 +36,13 @@ from nni_hwaware.cost_model.leaves import SpaceLeaves, find_leaves
 from nni_hwaware.cost_model.model import ADDITIVE, CostFactor, SpaceCostModel
 from nni_hwaware.cost_table.table import CostTable
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.profiling import BYTES_PER_MB, detect_chip, fixed_threads, measure_module, measure_peak_flops
+from nni_hwaware.profiling import (
+    BYTES_PER_MB,
+    detect_chip,
+    fixed_threads,
+    measure_module,
+    measure_peak_flops,
+)
 
 __all__ = ["TIMING", "measure_samples", "profile_model_space", "random_samples", "space_cost_model"]
 

@@ -41,8 +41,7 @@ from nni_hwaware.strategies.ppo.config import PPOConfig
 
 if TYPE_CHECKING:
     from nni_hwaware.cost_model import SpaceCostModel
-    from nni_hwaware.cost_table import CostModel, CostTable
-    from nni_hwaware.spaces import SpaceConfig
+    from nni_hwaware.cost_table import CostTable
     from nni_hwaware.spaces.resolve import NamedSpace
     from nni_hwaware.strategies.budget import Budget
     from nni_hwaware.strategies.ppo.core import PPOSearch

@@ -128,3 +128,26 @@ def test_ppo_and_gumbel_through_nas_experiment_on_any_space(spec: str, tables: d
     assert arch == named.check_architecture(gumbel.export_architecture())
     history = gumbel.history
     assert len(history) == 1 and history[0]["expected_latency_ms"] > 0
+
+
+@pytest.mark.slow
+def test_own_space_gumbel_example_runs_to_the_report(tmp_path: Path) -> None:
+    """examples/own_space/gumbel.yml through the CLI, shortened: search, export, retrain, report."""
+    from nni_hwaware.cli import main
+
+    out = tmp_path / "run"
+    assert main(["search", "gumbel", "--config", str(ROOT / "examples/own_space/gumbel.yml"), "--out", str(out),
+                 "--set", "stages.max_epochs=1", "stages.min_epochs=1", "stages.warmup_epochs=0",
+                 "retrain.epochs=1", "cost.repeats=1", "prune.mode=layer-mean", "search.checkpoint=false"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    named = resolve_space("own_space:OwnSpace")
+    assert named.check_architecture(summary["arch"]) == summary["arch"]
+    assert summary["baseline"]["arch"] == named.check_architecture(named.reference)
+    assert (out / "report" / "comparison.md").is_file() and (out / "pruning.csv").is_file()
+
+
+def test_own_space_configs_name_the_space_the_trials_train() -> None:
+    from nni_hwaware.experiment.check import check_config
+
+    notes = check_config(ROOT / "examples/own_space/config.yml")
+    assert any("profiles this machine" in note for note in notes)

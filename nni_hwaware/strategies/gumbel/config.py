@@ -307,7 +307,10 @@ class SweepConfig:
 class GumbelSearchConfig:
     """Everything ``nni-hwaware search gumbel --config`` reads (see ``examples/digits/gumbel.yml``)."""
 
+    #: A registered space or JSON file, ``nni:<hub space>`` or ``module:callable``.
     space: str = "digits"
+    #: Keyword arguments of the space (e.g. ``{width_mult: 0.25}`` for ``nni:ProxylessNAS``).
+    space_args: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     #: Output directory: architecture, results, report, checkpoints.
     out: str = "runs/gumbel"

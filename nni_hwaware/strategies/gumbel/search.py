@@ -40,7 +40,8 @@ from nni_hwaware.profiling import fixed_threads
 from nni_hwaware.spaces.config import Architecture, SpaceConfig
 from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
 
-__all__ = ["EpochShuffle", "SearchOutcome", "gumbel_evaluator", "load_cost_model", "run_pipeline", "search"]
+__all__ = ["EpochShuffle", "SearchOutcome", "gumbel_evaluator", "load_cost_model", "load_space_cost_model",
+           "run_pipeline", "search"]
 
 
 class EpochShuffle(Sampler[int]):
@@ -107,6 +108,37 @@ def load_cost_model(config: GumbelSearchConfig, space: SpaceConfig, out: Path) -
                          always_keep=(*prune.keep, space.baseline_block))
     result.save(out / "pruned_space.json", out / "pruning.csv")
     return CostModel(table, result.config, chip=model.chip, backend=cost.backend, batch_size=cost.batch_size)
+
+
+def load_space_cost_model(config: GumbelSearchConfig, out: Path) -> tuple[Any, Any]:
+    """The named space of ``config.space`` (any NNI model space) and its cost model, pruned as asked.
+
+    Without a table file the space is profiled here once (every distinct leaf). With
+    ``config.prune.mode`` set, the space is narrowed to the kept values (the reference
+    network's values always stay) and the pruning report is written to ``out``.
+    """
+    import dataclasses as dc
+
+    from nni_hwaware.cost_model import load_or_profile, space_model
+    from nni_hwaware.files import write_atomically
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    cost = config.cost
+    named = resolve_space(config.space, **config.space_args)
+    table = load_or_profile(named, cost.table or out / "cost_table.csv", chip=cost.chip, backend=cost.backend,
+                            batch_size=cost.batch_size, threads=cost.threads, seed=config.seed)
+    model = space_model(named, table, chip=cost.chip, backend=cost.backend, batch_size=cost.batch_size)
+    reference = named.baseline(model)
+    prune = config.prune
+    if prune.mode is None:
+        return dc.replace(named, reference=reference), model
+    from nni_hwaware.pruning import narrow_space, prune_choices
+
+    result = prune_choices(model, mode=prune.mode, k=prune.k, threshold=prune.threshold, top=prune.top,
+                           always_keep=(*prune.keep, *reference.values()))
+    write_atomically(out / "pruning.csv", result.report.to_csv(index=False))
+    narrowed = dc.replace(named, space=narrow_space(named.space, result.allowed), reference=reference)
+    return narrowed, result.model
 
 
 def _datasets(config: GumbelSearchConfig, space: SpaceConfig) -> dict[str, Dataset]:
@@ -222,8 +254,11 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", config.to_dict())
-    cost_model = load_cost_model(config, get_space_config(config.space), out)
-    space = cost_model.config  # pruned, if config.prune says so
+    if ":" in config.space and not config.space.endswith(".json"):  # any NNI model space
+        space, cost_model = load_space_cost_model(config, out)
+    else:
+        cost_model = load_cost_model(config, get_space_config(config.space), out)
+        space = cost_model.config  # pruned, if config.prune says so
     train = config.train_config()
 
     done: dict[tuple[tuple[str, str], ...], ModelResult] = {}
@@ -260,7 +295,7 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
     main = results[config.penalty.alpha]
     main = main.renamed("searched")
     main.save(out / "results" / "searched.json")
-    baseline = retrain(space.baseline(), "baseline") if config.baseline else None
+    baseline = retrain(space.baseline(), "baseline") if config.baseline else None  # the reference network
     sweep = [results[a] for a in config.sweep.alphas]
     files: dict[str, str] = {}
     if baseline is not None:

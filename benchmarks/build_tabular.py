@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from nni_hwaware.cost_table import CostModel, CostTable, profile_space
+from nni_hwaware.cost_model import load_or_profile, space_model
 from nni_hwaware.files import write_atomically
 from nni_hwaware.spaces import get_space_config
+from nni_hwaware.spaces.resolve import resolve_space
 from nni_hwaware.trial.train import TrainConfig, train_architecture
 
 DATA = Path(__file__).parent / "data"
@@ -34,13 +35,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="train only the first N architectures (a quick check)")
     args = parser.parse_args()
     config = get_space_config(SPACE)
-    table_path = DATA / f"{SPACE}_table.csv"
-    if table_path.exists():
-        table = CostTable.load(table_path)
-    else:
-        table = profile_space(config, threads=1, progress=False)
-        table.save(table_path)
-    model = CostModel(table, config)
+    named = resolve_space(SPACE)
+    model = space_model(named, load_or_profile(named, DATA / f"{SPACE}_table.csv"))
     specs = config.layer_specs()
     archs = [dict(zip([s.label for s in specs], blocks, strict=True))
              for blocks in itertools.product(*[s.candidates for s in specs])]

@@ -75,7 +75,7 @@ def main() -> None:
         raise SystemExit("the sweep needs at least 4 alpha values")
     if not args.table and not (args.out / "cost_table.csv").exists():
         start = time.perf_counter()
-        from nni_hwaware.cost_table import profile_space
+        from nni_hwaware.cost_model import profile_space
         from nni_hwaware.spaces import get_space_config
 
         table = profile_space(get_space_config(config.space), threads=config.cost.threads, seed=args.seed,

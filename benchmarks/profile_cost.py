@@ -11,7 +11,7 @@ import argparse
 import json
 import time
 
-from nni_hwaware.cost_table import profile_space
+from nni_hwaware.cost_model import profile_space
 from nni_hwaware.spaces import get_space_config, space_names
 
 

@@ -13,9 +13,11 @@ import argparse
 import json
 from pathlib import Path
 
-from nni_hwaware.cost_table import CostModel, CostTable, profile_space
-from nni_hwaware.pruning import prune_space
-from nni_hwaware.spaces import get_space_config, space_names
+from nni_hwaware.cost_model import load_or_profile, space_model
+from nni_hwaware.cost_table import CostTable
+from nni_hwaware.pruning import prune_choices
+from nni_hwaware.spaces import space_names
+from nni_hwaware.spaces.resolve import resolve_space
 
 DATA = Path(__file__).parent / "data"
 SETTINGS = {
@@ -33,20 +35,14 @@ def main() -> None:
     args = parser.parse_args()
     results: dict[str, dict[str, object]] = {}
     for name in args.spaces:
-        config = get_space_config(name)
+        named = resolve_space(name)
         path = args.table_dir / f"{name}.csv" if args.table_dir else None
-        if path is not None and path.exists():
-            table = CostTable.load(path)
-        else:
-            table = profile_space(config, progress=False, calibration_archs=0)
-            if path is not None:
-                table.save(path)
-        model = CostModel(table, config)
+        model = space_model(named, load_or_profile(named, path))
         results[name] = {}
         for label, kwargs in SETTINGS.items():
-            result = prune_space(model, **kwargs)
+            result = prune_choices(model, **kwargs)
             before, after = result.sizes()
-            kept = [len(spec.candidates) for spec in result.config.layer_specs()]
+            kept = [len(values) for values in result.allowed.values()]
             results[name][label] = {"before": before, "after": after, "per_layer_kept": kept}
         print(name, json.dumps(results[name]), flush=True)
     tabular = DATA / "tabular_digits_tiny.csv"
@@ -59,18 +55,15 @@ def _best_survives(path: Path) -> dict[str, bool]:
     import pandas as pd
 
     frame = pd.read_csv(path)
-    config = get_space_config("digits_tiny")
-    labels = [s.label for s in config.layer_specs()]
+    named = resolve_space("digits_tiny")
     budget = frame.latency_ms.quantile(1 / 3)
     feasible = frame[frame.latency_ms <= budget]
     best = feasible[feasible.val_acc == feasible.val_acc.max()]  # ties: any of them counts
     table = CostTable.load(DATA / "digits_tiny_table.csv")  # the table the tabular latencies came from
     out = {}
     for label, kwargs in SETTINGS.items():
-        pruned = prune_space(CostModel(table, config), **kwargs).config
-        out[label] = any(
-            all(row[layer] in spec.candidates for layer, spec in zip(labels, pruned.layer_specs(), strict=True))
-            for _, row in best.iterrows())
+        allowed = prune_choices(space_model(named, table), **kwargs).allowed
+        out[label] = any(all(row[layer] in values for layer, values in allowed.items()) for _, row in best.iterrows())
     return out
 
 

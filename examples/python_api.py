@@ -49,18 +49,19 @@ def run_gumbel(table: Path, workdir: Path, quick: bool) -> dict[str, object]:
     from nni.nas.evaluator.pytorch import Classification, DataLoader
     from nni.nas.experiment import NasExperiment
 
-    from nni_hwaware.cost_table import CostModel, CostTable
-    from nni_hwaware.pruning import prune_space
-    from nni_hwaware.spaces import BlockChoiceSpace, get_space_config
+    from nni_hwaware.cost_model import space_model
+    from nni_hwaware.cost_table import CostTable
+    from nni_hwaware.pruning import prune_choices
     from nni_hwaware.spaces.data import Digits
+    from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.strategies.gumbel.strategy import HardwareGumbelDARTS
 
-    costs = CostTable.load(table)
-    full = CostModel(costs, get_space_config("digits"))
+    named = resolve_space("digits")
+    full = space_model(named, CostTable.load(table))
     # Seed 001 step 4: prune by S = k*U*P first, keeping the cheap blocks a search needs and
     # the baseline's block (the penalty is relative to the baseline's cost).
-    space = prune_space(full, always_keep=["skip", "mbconv_k3_e3", "bottleneck"]).config  # + the baseline block
-    model = CostModel(costs, space)
+    pruned = prune_choices(full, always_keep=["skip", "mbconv_k3_e3", "bottleneck"])
+    space, model = named.narrowed(pruned.allowed), pruned.model
     epochs = 1 if quick else 15
     evaluator = Classification(
         train_dataloaders=DataLoader(Digits("train"), batch_size=64),
@@ -69,8 +70,8 @@ def run_gumbel(table: Path, workdir: Path, quick: bool) -> dict[str, object]:
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     strategy = HardwareGumbelDARTS(model, penalty={"alpha": 1.5, "gamma": 0.5},
                                    staging={"order": ["all"], "max_epochs": epochs, "min_epochs": epochs},
-                                   report=lambda record: None)
-    experiment = NasExperiment(BlockChoiceSpace(space.to_dict()), evaluator, strategy)  # sequential engine
+                                   reference=named.baseline(full), report=lambda record: None)
+    experiment = NasExperiment(space.supernet(), evaluator, strategy)  # sequential engine
     experiment.config.experiment_working_directory = str(workdir)
     try:
         experiment.run()
@@ -78,7 +79,7 @@ def run_gumbel(table: Path, workdir: Path, quick: bool) -> dict[str, object]:
         experiment.stop()
     arch = strategy.export_architecture()
     return {"arch": arch, "predicted": model.predict(arch).metrics(),
-            "baseline_predicted": full.predict(full.config.baseline()).metrics()}
+            "baseline_predicted": full.predict(named.baseline(full)).metrics()}
 
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
@@ -87,13 +88,12 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--skip-gumbel", action="store_true")
     args = parser.parse_args(argv)
 
-    from nni_hwaware.cost_table import profile_space
-    from nni_hwaware.spaces import get_space_config
+    from nni_hwaware.cost_model import profile_space
 
     out: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "cost_table.csv"
-        profile_space(get_space_config("digits"), progress=False).save(table)
+        profile_space("digits", progress=False).save(table)
         out["ppo"] = run_ppo(table, Path(tmp), trials=3 if args.quick else 12, epochs=2 if args.quick else 10)
         print("PPO:", json.dumps(out["ppo"]))
         if not args.skip_gumbel:

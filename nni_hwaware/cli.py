@@ -100,11 +100,6 @@ def _named(args: argparse.Namespace) -> Any:
     return resolve_space(args.space, **space_args)
 
 
-def _is_any_space(spec: str) -> bool:
-    """Whether ``spec`` names an NNI model space that is not one of the project's registered spaces."""
-    return ":" in spec and not spec.endswith(".json")
-
-
 def _add_profile(parser: argparse.ArgumentParser) -> None:
     _add_space(parser)
     _add_table_options(parser)
@@ -119,38 +114,38 @@ def _add_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-@command("profile", "profile every block of a space on this chip into a cost table", _add_profile)
+@command("profile", "profile every distinct leaf of a space on this chip into a cost table", _add_profile)
 def _cmd_profile(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from nni_hwaware.cost_table import CostTable, profile_space
-    from nni_hwaware.spaces import get_space_config
+    from nni_hwaware.cost_model import profile_space
+    from nni_hwaware.cost_table import CostTable
 
     existing = CostTable.load(args.out) if args.merge and Path(args.out).exists() else None
-    if _is_any_space(args.space):
-        from nni_hwaware.cost_model import profile_model_space
-
-        named = _named(args)
-        table = profile_model_space(named.space, named.dummy_input(), chip=args.chip, backend=args.backend,
-                                    device=args.device, batch_size=args.batch_size, threads=args.threads,
-                                    peak_flops=args.peak_flops, seed=args.seed, table=existing)
-    else:
-        table = profile_space(get_space_config(args.space), chip=args.chip, backend=args.backend,
-                              device=args.device, batch_size=args.batch_size, threads=args.threads,
-                              peak_flops=args.peak_flops, seed=args.seed)
-        if existing is not None:
-            table = existing.merge(table)
+    table = profile_space(_named(args), chip=args.chip, backend=args.backend, device=args.device,
+                          batch_size=args.batch_size, threads=args.threads, peak_flops=args.peak_flops,
+                          seed=args.seed, table=existing)
     table.save(args.out)
     frame = table.frame
-    blocks = frame[frame.kind != "network"]
+    leaves = frame[frame.kind != "network"]
     print(f"wrote {len(frame)} rows to {args.out} (chips: {', '.join(table.chips())}; "
-          f"largest CV of a block {blocks.latency_cv.max():.3f})")
+          f"largest CV of a leaf {leaves.latency_cv.max():.3f})")
     return 0
+
+
+def _model(args: argparse.Namespace, table_path: str) -> tuple[Any, Any]:
+    """The named space and its cost model from ``table_path`` (chip, backend, batch size of ``args``)."""
+    from nni_hwaware.cost_model import space_model
+    from nni_hwaware.cost_table import CostTable
+
+    named = _named(args)
+    return named, space_model(named, CostTable.load(table_path), chip=args.chip, backend=args.backend,
+                              batch_size=args.batch_size)
 
 
 def _add_validate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("table", help="cost table file")
-    parser.add_argument("--space", required=True, help="space name or JSON file")
+    _add_space(parser)
     _add_table_options(parser)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, help="intra-op threads (default: those of the table)")
@@ -159,52 +154,59 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="CSV of per-architecture predictions and measurements")
 
 
-@command("validate", "measure random networks end to end and compare with the table's prediction",
+@command("validate", "measure random networks end to end (twice) and compare with the table's prediction",
          _add_validate)
 def _cmd_validate(args: argparse.Namespace) -> int:
     import json
 
-    from nni_hwaware.cost_table import CostModel, CostTable, validate
+    from nni_hwaware.cost_model.fidelity import check_fidelity
     from nni_hwaware.files import write_atomically
-    from nni_hwaware.spaces import get_space_config
 
-    config = get_space_config(args.space)
-    model = CostModel(CostTable.load(args.table), config, chip=args.chip, backend=args.backend,
-                      batch_size=args.batch_size)
-    report = validate(model, args.archs, seed=args.seed, device=args.device, threads=args.threads)
+    named, model = _model(args, args.table)
+    figures, frame = check_fidelity(named.space, model, named.input_shape, args.archs, seed=args.seed,
+                                    device=args.device, threads=args.threads)
     if args.out:
-        write_atomically(args.out, report.frame.to_csv(index=False))
-    for name, values in (("latency", report.latency), ("memory", report.memory)):
+        write_atomically(args.out, frame.to_csv(index=False))
+    for name, values in figures.items():
         print(f"{name:8s} " + "  ".join(f"{k}={v:.3f}" for k, v in values.items()))
-    print(json.dumps(report.summary()))
+    print(json.dumps({"n_archs": len(frame), **figures}))
     return 0
 
 
 def _add_chips(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("table", help="cost table file with one or more chips")
-    parser.add_argument("--space", help="space to compare on (default: every block in the table, summed)")
-    parser.add_argument("--arch", help="architecture JSON to compare (default: the space's baseline)")
+    _add_space(parser)
+    parser.add_argument("--arch", help="architecture JSON to compare (default: the space's reference network)")
     parser.add_argument("--backend", default="torch")
     parser.add_argument("--batch-size", type=int, default=1)
 
 
 @command("chips", "compare the chips of a cost table on a network: which suits it best", _add_chips)
 def _cmd_chips(args: argparse.Namespace) -> int:
-    from nni_hwaware.cost_table import BlockKey, CostTable
-    from nni_hwaware.spaces import get_space_config
+    import pandas as pd
+
+    from nni_hwaware.cost_model import space_model
+    from nni_hwaware.cost_table import CostTable
     from nni_hwaware.spaces.io import load_architecture
 
     table = CostTable.load(args.table)
-    if args.space:
-        config = get_space_config(args.space)
-        arch = load_architecture(args.arch, config) if args.arch else config.baseline()
-        keys = [BlockKey(p.name, p.input_shape, p.out_channels, p.stride) for p in config.fixed_parts()]
-        keys += [BlockKey(arch[s.label], s.input_shape, s.out_channels, s.stride) for s in config.layer_specs()]
-    else:
-        frame = table.frame.drop_duplicates(["block", "input_shape", "out_channels", "stride"])
-        keys = [BlockKey(r.block, BlockKey.parse_shape(r.input_shape), int(r.out_channels), int(r.stride))
-                for r in frame.itertuples()]
-    comparison = table.compare_chips(keys, backend=args.backend, batch_size=args.batch_size)
+    named = _named(args)
+    rows = []
+    for chip in table.chips():
+        model = space_model(named, table, chip=chip, backend=args.backend, batch_size=args.batch_size)
+        if args.arch:
+            arch = load_architecture(args.arch, named)
+        else:
+            try:
+                arch = named.baseline(model)
+            except HwAwareError:  # a pruned space without its reference network: its largest
+                arch = model.reference("largest")
+        cost = model.predict(arch)
+        peak = model.peak_flops or float("nan")
+        rows.append({"chip": chip, "latency_ms": cost.latency_ms, "memory_mb": cost.memory_mb,
+                     "flops": cost.flops, "params": cost.params,
+                     "utilisation": cost.flops / (cost.latency_ms / 1000 * peak)})
+    comparison = pd.DataFrame(rows).sort_values(["latency_ms", "chip"]).set_index("chip")
     print(comparison.to_string())
     return 0
 
@@ -215,34 +217,30 @@ def _cmd_chips(args: argparse.Namespace) -> int:
 def _add_prune(parser: argparse.ArgumentParser) -> None:
     from nni_hwaware.pruning import MODES
 
-    parser.add_argument("--space", required=True, help="space name or JSON file")
+    _add_space(parser)
     parser.add_argument("--table", required=True, help="cost table file (from `nni-hwaware profile`)")
     _add_table_options(parser)
     parser.add_argument("--mode", default="layer-mean", choices=MODES, help="threshold (default: layer-mean)")
     parser.add_argument("-k", type=float, default=1.0, help="score scale k in S = k*U*P (default: 1)")
     parser.add_argument("--threshold", type=float, help="score threshold for --mode value")
-    parser.add_argument("--top", type=int, help="blocks kept per layer for --mode top-k")
-    parser.add_argument("--keep", nargs="*", default=[], metavar="BLOCK",
-                        help="blocks always kept (e.g. skip, whose score is 0)")
+    parser.add_argument("--top", type=int, help="values kept per label for --mode top-k")
+    parser.add_argument("--keep", nargs="*", default=[], metavar="VALUE",
+                        help="values always kept (e.g. skip, whose score is 0)")
     parser.add_argument("--out", required=True, help="pruned space JSON to write (usable as --space)")
-    parser.add_argument("--report", help="CSV of every block's F, T, U, P, S and kept/dropped")
+    parser.add_argument("--report", help="CSV of every value's F, T, U, P, S and kept/dropped")
 
 
-@command("prune", "prune a space's candidates by hardware score S = k*U*P", _add_prune)
+@command("prune", "prune a space's choices by hardware score S = k*U*P", _add_prune)
 def _cmd_prune(args: argparse.Namespace) -> int:
-    from nni_hwaware.cost_table import CostModel, CostTable
-    from nni_hwaware.pruning import prune_space
-    from nni_hwaware.spaces import get_space_config
+    from nni_hwaware.pruning import prune_choices
 
-    config = get_space_config(args.space)
-    model = CostModel(CostTable.load(args.table), config, chip=args.chip, backend=args.backend,
-                      batch_size=args.batch_size)
-    result = prune_space(model, mode=args.mode, k=args.k, threshold=args.threshold, top=args.top,
-                         always_keep=args.keep)
-    result.save(args.out, args.report)
+    named, model = _model(args, args.table)
+    result = prune_choices(model, mode=args.mode, k=args.k, threshold=args.threshold, top=args.top,
+                           always_keep=args.keep)
+    result.save(args.out, named, report_csv=args.report)
     print(result.summary())
     before, after = result.sizes()
-    print(f"space {config.name}: {before} -> {after} architectures; wrote {args.out}")
+    print(f"space {named.name}: {before} -> {after} architectures; wrote {args.out}")
     return 0
 
 
@@ -387,7 +385,7 @@ def _cmd_search_gumbel(args: argparse.Namespace) -> int:
 
 def _add_retrain(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", required=True, help="architecture JSON (from a search or written by hand)")
-    parser.add_argument("--space", help="space name or JSON file (default: the space named in the arch file)")
+    _add_space(parser, required=False)
     parser.add_argument("--table", help="cost table, to add the predicted latency and memory")
     _add_table_options(parser)
     parser.add_argument("--train", default="{}", help="training options as JSON (see TrainConfig)")
@@ -404,26 +402,19 @@ def _cmd_retrain(args: argparse.Namespace) -> int:
 
     from nni_hwaware.files import read_json
     from nni_hwaware.report import evaluate_architecture
-    from nni_hwaware.spaces import get_space_config
     from nni_hwaware.spaces.io import load_architecture
     from nni_hwaware.trial.train import TrainConfig
 
-    space = args.space
-    if space is None:
+    if args.space is None:
         data = read_json(args.arch, "architecture file")
-        space = data.get("space") if isinstance(data, dict) else None
-        if not space:
+        args.space = data.get("space") if isinstance(data, dict) else None
+        if not args.space:
             raise HwAwareError(f"{args.arch} names no space; pass --space")
-    config = get_space_config(space)
-    arch = load_architecture(args.arch, config)
+    named = _named(args)
+    arch = load_architecture(args.arch, named)
     train = TrainConfig.from_json(args.train, epochs=args.epochs, seed=args.seed, data_dir=args.data_dir)
-    model = None
-    if args.table:
-        from nni_hwaware.cost_table import CostModel, CostTable
-
-        model = CostModel(CostTable.load(args.table), config, chip=args.chip, backend=args.backend,
-                          batch_size=args.batch_size)
-    result = evaluate_architecture(config, arch, train, cost_model=model, name=args.name or Path(args.arch).stem,
+    model = _model(args, args.table)[1] if args.table else None
+    result = evaluate_architecture(named, arch, train, cost_model=model, name=args.name or Path(args.arch).stem,
                                    threads=args.threads, batch_size=args.batch_size, backend=args.backend)
     result.save(args.out)
     print(f"{result.name}: test top-1 {result.test_top1:.4f}, top-3 {result.test_top3:.4f}, "

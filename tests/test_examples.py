@@ -112,10 +112,10 @@ def test_check_config_names_what_is_wrong(tmp_path: Path, change: dict, message:
     template["experimentWorkingDirectory"] = str(tmp_path)
     template["tuner"]["classArgs"].update(change)
     if "budget" in change:  # the budget is checked against the table, when there is one
-        from nni_hwaware.cost_table import profile_space
+        from nni_hwaware.cost_model import profile_space
         from nni_hwaware.spaces import get_space_config
 
-        profile_space(get_space_config("digits"), progress=False, calibration_archs=0,
+        profile_space(get_space_config("digits"), progress=False, calibration_samples=0,
                       max_seconds=0.2).save(tmp_path / "cost_table_digits.csv")
     (tmp_path / "config.yml").write_text(yaml.safe_dump(template))
     assert main(["check-config", str(tmp_path / "config.yml")]) == 2

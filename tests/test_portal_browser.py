@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from nni_hwaware.cost_table import profile_space
+from nni_hwaware.cost_model import profile_space
 from nni_hwaware.spaces import get_space_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.nnictl]
@@ -47,7 +47,7 @@ def test_portal_lists_trials_with_latency(tmp_path: Path) -> None:
 
     config = get_space_config("digits_tiny")
     table = tmp_path / "table.csv"
-    profile_space(config, progress=False, calibration_archs=0, max_seconds=0.5).save(table)
+    profile_space(config, progress=False, calibration_samples=0, max_seconds=0.5).save(table)
     (tmp_path / "space.json").write_text(json.dumps(
         {s.label: {"_type": "choice", "_value": list(s.candidates)} for s in config.layer_specs()}))
     template = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nni_hwaware.cost_table import profile_space
+from nni_hwaware.cost_model import profile_space
 from nni_hwaware.spaces import get_space_config
 
 pytestmark = pytest.mark.slow
@@ -19,7 +19,7 @@ TRAIN = {"epochs": 1, "threads": 1}
 @pytest.fixture(scope="module")
 def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("ppo") / "digits_tiny.csv"
-    profile_space(get_space_config("digits_tiny"), progress=False, calibration_archs=0,
+    profile_space(get_space_config("digits_tiny"), progress=False, calibration_samples=0,
                   max_seconds=0.5).save(path)
     return path
 

@@ -10,9 +10,16 @@ import pytest
 import yaml
 
 from nni_hwaware.cli import main
-from nni_hwaware.cost_table import CostModel, CostTable, profile_entries, profile_space
+from nni_hwaware.cost_model import find_leaves, profile_space, space_model
+from nni_hwaware.cost_table import CostTable
 from nni_hwaware.cost_table.transport import collect_tables, table_from_text, table_to_text
 from nni_hwaware.spaces import get_space_config
+from nni_hwaware.spaces.resolve import resolve_space
+
+
+def _leaves(name: str):
+    named = resolve_space(name)
+    return find_leaves(named.space, named.dummy_input())
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,21 +36,20 @@ def test_profile_writes_every_distinct_block_once_plus_network_row(tiny_profile:
     table = CostTable.load(tiny_profile)
     config = get_space_config("digits_tiny")
     frame = table.frame
-    assert len(frame[frame.kind != "network"]) == len(profile_entries(config)) == 2 + 4 * 4
+    # the leaves of a project space are its candidate blocks and its stem and head
+    assert len(frame[frame.kind == "leaf"]) == len(_leaves("digits_tiny").entries) == 2 + 4 * 4
     assert set(frame.chip) == {"test-board"} and set(frame.peak_flops) == {1e10}
     assert (frame[frame.kind == "network"].latency_ms > 0).all()
-    cost = CostModel(table, config).predict(config.baseline())
-    assert cost.params == sum(p.numel() for p in __import__("nni_hwaware.spaces", fromlist=["x"])
-                              .build_network(config, config.baseline()).parameters())
+    cost = space_model(resolve_space("digits_tiny"), table).predict(config.baseline())
+    assert cost.params == sum(p.numel() for p in config.build(config.baseline()).parameters())
 
 
 def test_identical_layers_are_profiled_once() -> None:
     config = get_space_config("digits")
-    entries = profile_entries(config)
     # layer*_1 repeat nothing: the first layer of a stage differs (stride/channels), the second does not
-    assert len(entries) == 2 + 8 * len(config.candidates)
+    assert len(_leaves("digits").entries) == 2 + 8 * len(config.candidates)
     config2 = get_space_config("cifar10_resnet50")
-    assert len(profile_entries(config2)) == 2 + 8 * len(config2.candidates)
+    assert len(_leaves("cifar10_resnet50").entries) == 2 + 8 * len(config2.candidates)
 
 
 def test_prune_and_chips_on_a_profiled_table(tiny_profile: Path, tmp_path: Path, capsys) -> None:
@@ -60,15 +66,15 @@ def test_validate_prints_agreement(tiny_profile: Path, tmp_path: Path, capsys) -
     assert main(["validate", str(tiny_profile), "--space", "digits_tiny", "--threads", "1", "-k", "5",
                  "--out", str(tmp_path / "v.csv")]) == 0
     text = capsys.readouterr().out
-    assert "spearman=" in text and "mape=" in text and "within_10pct=" in text
+    assert "spearman=" in text and "mape=" in text and "within10=" in text and "ceiling=" in text
     assert len((tmp_path / "v.csv").read_text().splitlines()) == 6
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [(["profile", "--space", "nope", "--out", "x.csv"], "unknown space 'nope'"),
-     (["chips", "missing.csv"], "does not exist"),
-     (["prune", "--space", "digits", "--table", "TABLE", "--out", "p.json"], "no row for block"),
+     (["chips", "missing.csv", "--space", "digits_tiny"], "does not exist"),
+     (["prune", "--space", "digits", "--table", "TABLE", "--out", "p.json"], "has no row for"),
      (["prune", "--space", "digits_tiny", "--table", "TABLE", "--chip", "other", "--out", "p.json"],
       "chip='other'")],
 )
@@ -93,11 +99,11 @@ def test_table_survives_the_metric_transport(tiny_profile: Path) -> None:
 
 def test_onnxruntime_backend_profiles_a_table() -> None:
     pytest.importorskip("onnxruntime")
-    config = get_space_config("digits_tiny")
-    entries = profile_entries(config)[:4]
-    table = profile_space(config, backend="onnxruntime", entries=entries, threads=1, peak_flops=1e10,
-                          progress=False, calibration_archs=0, max_seconds=1.0)
+    table = profile_space("nni:NasBench201", space_args={"num_modules_per_stack": 1, "stem_out_channels": 8},
+                          backend="onnxruntime", threads=1, peak_flops=1e10, progress=False,
+                          calibration_samples=0, max_seconds=0.5)
     frame = table.frame
+    assert len(frame) == 21  # every distinct leaf of the space, each exported and timed in ONNX Runtime
     assert set(frame.backend) == {"onnxruntime"} and frame.providers.str.contains("CPUExecutionProvider").all()
 
 
@@ -117,7 +123,7 @@ def test_profiling_many_boards_through_nni(tmp_path: Path) -> None:
         assert main(["collect", "--port", str(experiment.port), "--out", str(out)]) == 0
     table = CostTable.load(out)
     assert table.chips() == ["board-a", "board-b"]
-    assert len(table) == 2 * (len(profile_entries(get_space_config("digits_tiny"))) + 1)
+    assert len(table) == 2 * (len(_leaves("digits_tiny").entries) + 1)
 
 
 def test_every_profiled_block_counts_match_torch(tiny_profile: Path) -> None:
@@ -125,13 +131,13 @@ def test_every_profiled_block_counts_match_torch(tiny_profile: Path) -> None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    config = get_space_config("digits_tiny")
+    leaves = _leaves("digits_tiny")
     frame = CostTable.load(tiny_profile).frame.set_index(["block", "input_shape"])
-    for entry in profile_entries(config):
-        module = entry.build(config).eval()
+    for entry, module in zip(leaves.entries, leaves.modules, strict=True):
+        module = module.eval()
         counter = FlopCounterMode(display=False)
         with counter, torch.no_grad():
-            module(torch.randn(1, *entry.key.input_shape))
-        row = frame.loc[(entry.key.block, entry.key.shape_str)]
+            module(torch.randn(1, *entry.input_shapes[0]))
+        row = frame.loc[(entry.block, entry.shape_str)]
         assert row.flops == counter.get_total_flops(), entry
         assert row.params == sum(p.numel() for p in module.parameters()), entry

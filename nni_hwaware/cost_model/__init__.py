@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from nni_hwaware.cost_model.blocks import block_cost_model
 from nni_hwaware.cost_model.choices import choice_cost_model, load_choice_table
-from nni_hwaware.cost_model.for_space import load_or_profile, space_model
+from nni_hwaware.cost_model.for_space import load_or_profile, profile_space, space_model
 from nni_hwaware.cost_model.leaves import (
     LeafEntry,
     LeafTerm,
@@ -41,6 +41,7 @@ __all__ = [
     "load_or_profile",
     "measure_samples",
     "profile_model_space",
+    "profile_space",
     "random_samples",
     "space_choices",
     "space_cost_model",

@@ -24,7 +24,7 @@ from nni_hwaware.cost_model.profile import profile_model_space, space_cost_model
 from nni_hwaware.cost_table.table import CostTable
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["load_or_profile", "space_model"]
+__all__ = ["load_or_profile", "profile_space", "space_model"]
 
 
 def _leaves(named: Any) -> SpaceLeaves:
@@ -33,6 +33,20 @@ def _leaves(named: Any) -> SpaceLeaves:
         cached = find_leaves(named.space, named.dummy_input())
         object.__setattr__(named, "_leaves", cached)
     return cached
+
+
+def profile_space(space: Any, *, space_args: dict[str, Any] | None = None, **options: Any) -> CostTable:
+    """Profile a space on this chip (every distinct leaf once; see :func:`profile_model_space`).
+
+    ``space`` is anything :func:`~nni_hwaware.spaces.resolve.resolve_space` takes: a
+    registered name or its :class:`~nni_hwaware.spaces.SpaceConfig`, ``nni:<hub space>``,
+    ``module:callable``, a ``ModelSpace`` or a ``NamedSpace``; ``options`` go to
+    :func:`profile_model_space` (chip, backend, device, batch_size, threads, peak_flops, ...).
+    """
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    named = space if hasattr(space, "dummy_input") else resolve_space(space, **(space_args or {}))
+    return profile_model_space(named.space, named.dummy_input(), leaves=_leaves(named), **options)
 
 
 def load_or_profile(named: Any, path: str | os.PathLike[str] | None, *, chip: str | None = None,

@@ -202,6 +202,21 @@ def _network_row(space: nn.Module, leaves: SpaceLeaves, table: CostTable, k: int
     return CostTable.from_records([row])
 
 
+def _network_term(frame: pd.DataFrame, leaves: SpaceLeaves) -> float:
+    """The space's per-network latency term: its own row, else that of the space it was narrowed from.
+
+    A pruned or narrowed space has other leaves than the space the table was profiled
+    for (so another fingerprint); the rows of the same input shape stand in for it
+    (their median, if the table holds several spaces of that input).
+    """
+    rows = frame[frame.kind == "network"]
+    own = rows[rows.block == network_block(leaves)]
+    if len(own):
+        return float(own.latency_ms.iloc[0])
+    same_input = rows[rows.input_shape == "x".join(map(str, leaves.input_shape))]
+    return float(same_input.latency_ms.median()) if len(same_input) else 0.0
+
+
 def space_cost_model(leaves: SpaceLeaves, table: CostTable, *, chip: str | None = None,
                      backend: str = "torch", batch_size: int = 1, name: str = "space",
                      with_network_term: bool = True) -> SpaceCostModel:
@@ -233,9 +248,8 @@ def space_cost_model(leaves: SpaceLeaves, table: CostTable, *, chip: str | None 
                 costs[m][at] = values[index]
         factors.append(CostFactor(term.labels, costs))
     fixed = {m: 0.0 for m in metrics}
-    overhead = frame[(frame.block == network_block(leaves)) & (frame.kind == "network")]
-    if with_network_term and len(overhead):
-        fixed["latency_ms"] = float(overhead.latency_ms.iloc[0])
+    if with_network_term:
+        fixed["latency_ms"] = _network_term(frame, leaves)
     threads = int(found["threads"].iloc[0]) if len(found) else 0
     return SpaceCostModel(leaves.choices, factors, fixed, chip=chip, backend=backend, batch_size=batch_size,
                           name=name, peak_flops=float(found["peak_flops"].iloc[0]), threads=threads or None)

@@ -1,10 +1,9 @@
-"""Hardware cost tables: profile a space's blocks on each chip, predict any architecture's cost."""
+"""Hardware cost tables: validated per-chip rows of measured costs (profiled by :mod:`nni_hwaware.cost_model`)."""
 
 from __future__ import annotations
 
-from nni_hwaware.cost_table.fidelity import FidelityReport, random_architectures, validate
 from nni_hwaware.cost_table.predict import METRICS, ArchCost, CostModel
-from nni_hwaware.cost_table.profile import ProfileEntry, profile_entries, profile_space
+from nni_hwaware.cost_table.profile import ProfileEntry, profile_entries
 from nni_hwaware.cost_table.table import COLUMNS, BlockKey, CostTable
 
 __all__ = [
@@ -14,10 +13,6 @@ __all__ = [
     "BlockKey",
     "CostModel",
     "CostTable",
-    "FidelityReport",
     "ProfileEntry",
     "profile_entries",
-    "profile_space",
-    "random_architectures",
-    "validate",
 ]

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ import pandas as pd
 
 from nni_hwaware.cost_model import SpaceCostModel
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.files import write_atomically, write_json
 from nni_hwaware.nni_fixes import import_nni_nas
 
 __all__ = ["ChoicePruneResult", "narrow_space", "prune_choices"]
@@ -49,6 +52,29 @@ class ChoicePruneResult:
         """Number of networks before and after pruning."""
         kept = self.report.groupby("label", sort=False)["kept"]
         return math.prod(kept.size()), math.prod(kept.sum())
+
+    def summary(self) -> str:
+        """The report as readable text, one value a line, grouped by label."""
+        shown = self.report.assign(kept=self.report.kept.map({True: "kept", False: "dropped"}))
+        return shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+    def save(self, path: str | os.PathLike[str], named: Any, *, report_csv: str | os.PathLike[str] | None = None,
+             settings: Mapping[str, Any] | None = None) -> Path:
+        """Write the pruned space as JSON that ``--space`` accepts, and the report as CSV.
+
+        For the project's spaces it is their config with fewer candidates per layer;
+        for any other space ``{"space", "space_args", "allowed"}``: the space narrowed to
+        the kept values (:meth:`~nni_hwaware.spaces.resolve.NamedSpace.narrowed`).
+        """
+        before, after = self.sizes()
+        pruning = {**dict(settings or {}), "size_before": before, "size_after": after}
+        if report_csv is not None:
+            write_atomically(report_csv, self.report.to_csv(index=False))
+        if getattr(named, "config", None) is not None:
+            config = named.config.with_layer_candidates({k: list(v) for k, v in self.allowed.items()})
+            return write_json(path, {"space": config.to_dict(), "pruning": pruning})
+        return write_json(path, {"space": named.name, "space_args": dict(named.kwargs),
+                                 "allowed": self.allowed, "pruning": pruning})
 
 
 def prune_choices(model: SpaceCostModel, *, mode: str = "layer-mean", k: float = 1.0,
@@ -72,6 +98,7 @@ def prune_choices(model: SpaceCostModel, *, mode: str = "layer-mean", k: float =
     with np.errstate(divide="ignore", invalid="ignore"):
         report["U"] = np.where(report["T_ms"] > 0, report["F"] / (report["T_ms"] / 1000 * peak), 0.0)
     report["S"] = k * report["U"] * report["P"]
+    report = report[["label", "value", "F", "T_ms", "U", "P", "S"]]
     if not np.isfinite(report["S"]).all() or not (report["S"] > 0).any():
         raise HwAwareError(f"pruning scores on chip {model.chip!r} are all zero or not finite; check the "
                            "table's flops, latency_ms and params (re-profile the space)")

@@ -89,11 +89,11 @@ def measure_architecture(config: Any, arch: Mapping[str, str], *, batch_size: in
                          seed: int = 0) -> dict[str, float]:
     """Latency (median of ``repeats`` timing runs), memory, FLOPs and params of ``arch``, measured.
 
-    Timing follows the cost tables' settings (:data:`nni_hwaware.cost_table.profile.TIMING`).
+    Timing follows the cost tables' settings (:data:`nni_hwaware.cost_model.profile.TIMING`).
     """
     import torch
 
-    from nni_hwaware.cost_table.profile import TIMING
+    from nni_hwaware.cost_model.profile import TIMING
     from nni_hwaware.profiling import measure_module
 
     with torch.random.fork_rng(devices=[]):

@@ -22,8 +22,11 @@ a reference, it is the network whose every label takes its most expensive value
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,10 +63,11 @@ class NamedSpace:
     #: The reference network: a sample, or "largest".
     reference: Any = "largest"
     kwargs: dict[str, Any] = field(default_factory=dict)
-    #: Whether :meth:`build` re-initialises the weights (NNI's freeze copies the supernet's).
-    reinitialise: bool = True
     #: The project's spaces: their config (what block cost tables are read with).
     config: Any = None
+    #: Builds the space afresh (its constructor: weights initialised from torch's current seed);
+    #: None for a space given as an object.
+    factory: Callable[[], nn.Module] | None = field(default=None, repr=False, compare=False)
 
     def dummy_input(self) -> torch.Tensor:
         """One input of the space, batch 1 (seeded, the global random state untouched)."""
@@ -96,25 +100,32 @@ class NamedSpace:
         return out
 
     def supernet(self) -> nn.Module:
-        """A copy of the space with its weights initialised afresh from torch's current seed."""
-        import copy
-
+        """The space built afresh, its weights initialised from torch's current seed."""
+        if self.factory is not None:
+            return self.factory()
         space = copy.deepcopy(self.space)
-        for module in space.modules():
-            reset = getattr(module, "reset_parameters", None)
-            if callable(reset):
-                reset()
+        _reset_parameters(space)
         return space
 
     def build(self, sample: Mapping[str, Any]) -> nn.Module:
         """One network of the space, its weights initialised afresh from torch's current seed."""
-        network = self.space.freeze(self.check_architecture(sample))
-        if self.reinitialise:
-            for module in network.modules():
-                reset = getattr(module, "reset_parameters", None)
-                if callable(reset):
-                    reset()
+        sample = self.check_architecture(sample)
+        if self.config is not None:  # the project's spaces build only the sampled blocks
+            return self.space.freeze(sample)
+        if self.factory is not None:
+            return self.factory().freeze(sample)
+        network = self.space.freeze(sample)
+        _reset_parameters(network)
         return network
+
+    def narrowed(self, allowed: Mapping[str, Any]) -> NamedSpace:
+        """The same space offering only the ``allowed`` values of its labels (a pruned space)."""
+        from nni_hwaware.pruning.choices import narrow_space
+
+        factory = self.factory
+        return dataclasses.replace(
+            self, space=narrow_space(self.space, allowed),
+            factory=None if factory is None else (lambda: narrow_space(factory(), allowed)))
 
     def baseline(self, cost_model: Any = None) -> dict[str, Any]:
         """The reference network as a sample (``"largest"`` needs the space's cost model)."""
@@ -125,6 +136,13 @@ class NamedSpace:
                 raise HwAwareError(f"space {self.name!r}: the reference 'largest' needs the cost model")
             return self.check_architecture(cost_model.reference("largest"))
         return self.check_architecture(dict.fromkeys(self.choices(), self.reference))
+
+
+def _reset_parameters(module: nn.Module) -> None:
+    for sub in module.modules():
+        reset = getattr(sub, "reset_parameters", None)
+        if callable(reset):
+            reset()
 
 
 def _check_shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -145,8 +163,15 @@ def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
     ``input_shape``, ``num_classes``, ``dataset`` and ``reference`` among ``kwargs`` are
     not constructor arguments: they override what the space says of itself.
     """
+    from nni_hwaware.spaces.config import SpaceConfig
+
     options = {k: kwargs.pop(k) for k in _OPTIONS if k in kwargs}
     defaults: dict[str, Any] = {}
+    from nni_hwaware.spaces.network import BlockChoiceSpace
+
+    if isinstance(spec, SpaceConfig | BlockChoiceSpace):
+        return _project_space(spec if isinstance(spec, SpaceConfig) else spec.config, options)
+    factory = None
     if isinstance(spec, nn.Module):
         space, name = spec, type(spec).__name__
     elif not isinstance(spec, str) or not spec:
@@ -160,7 +185,9 @@ def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
         entry = HUB_SPACES[hub]
         defaults = {"input_shape": entry["input_shape"], "reference": entry["reference"],
                     "num_classes": int({**entry["kwargs"], **kwargs}.get("num_labels", 10))}
-        space = _construct(spec, getattr(module, hub), {**entry["kwargs"], **kwargs})
+        arguments = {**entry["kwargs"], **kwargs}
+        space = _construct(spec, getattr(module, hub), arguments)
+        factory = functools.partial(getattr(module, hub), **arguments)
         name = spec
     elif ":" in spec:
         module_name, _, attr = spec.partition(":")
@@ -170,18 +197,17 @@ def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
             raise HwAwareError(f"cannot import space {spec!r}: {err}; give 'module:callable' of an importable "
                                "module (is its folder on PYTHONPATH?)") from None
         space, name = _construct(spec, target, kwargs), spec
+        factory = functools.partial(target, **kwargs)
     else:
-        from nni_hwaware.spaces.network import BlockChoiceSpace
         from nni_hwaware.spaces.registry import get_space_config
 
         if kwargs:
             raise HwAwareError(f"space {spec!r} takes no arguments; got {sorted(kwargs)}")
-        config = get_space_config(spec)
-        space, name = BlockChoiceSpace(config.to_dict()), config.name
-        defaults = {"input_shape": (config.in_channels, config.image_size, config.image_size),
-                    "num_classes": config.num_classes, "dataset": config.dataset,
-                    "reference": config.baseline(), "config": config,
-                    "reinitialise": False}  # its freeze builds fresh blocks
+        narrowed = _narrowed_file(spec)
+        if narrowed is not None:
+            base = resolve_space(narrowed["space"], **{**dict(narrowed.get("space_args") or {}), **options})
+            return base.narrowed(narrowed["allowed"])
+        return _project_space(get_space_config(spec), options)
     from nni_hwaware.nni_fixes import import_nni_nas
 
     if not isinstance(space, import_nni_nas().ModelSpace):
@@ -194,8 +220,36 @@ def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
                            "or set an input_shape attribute on the space")
     return NamedSpace(name=name, space=space, input_shape=_check_shape(name, values["input_shape"]),
                       num_classes=int(values.get("num_classes", 10)), dataset=str(values.get("dataset", "digits")),
-                      reference=values.get("reference", "largest"), kwargs=dict(kwargs),
-                      reinitialise=bool(defaults.get("reinitialise", True)), config=defaults.get("config"))
+                      reference=values.get("reference", "largest"), kwargs=dict(kwargs), factory=factory)
+
+
+def _narrowed_file(spec: str) -> dict[str, Any] | None:
+    """A pruned space of any NNI space (``nni-hwaware prune``'s JSON with ``allowed``), else None."""
+    from pathlib import Path
+
+    from nni_hwaware.files import read_json
+
+    if not spec.endswith(".json") or not Path(spec).is_file():
+        return None
+    data = read_json(spec, "space file")
+    if not isinstance(data, dict) or "allowed" not in data:
+        return None
+    if not isinstance(data.get("space"), str) or not isinstance(data["allowed"], dict):
+        raise HwAwareError(f"space file {spec} needs 'space' (a name) and 'allowed' (label -> values)")
+    return data
+
+
+def _project_space(config: Any, options: Mapping[str, Any]) -> NamedSpace:
+    """One of the project's ResNet-skeleton spaces, an ordinary ModelSpace like any other."""
+    from nni_hwaware.spaces.network import BlockChoiceSpace
+
+    values = {"input_shape": config.input_shape, "num_classes": config.num_classes, "dataset": config.dataset,
+              "reference": config.baseline(), **options}
+    return NamedSpace(name=config.name, space=BlockChoiceSpace(config.to_dict()),
+                      input_shape=_check_shape(config.name, values["input_shape"]),
+                      num_classes=int(values["num_classes"]), dataset=str(values["dataset"]),
+                      reference=values["reference"], config=config,
+                      factory=lambda: BlockChoiceSpace(config.to_dict()))
 
 
 def _construct(spec: str, target: Any, kwargs: Mapping[str, Any]) -> nn.Module:

@@ -33,7 +33,7 @@ from nni_hwaware.strategies.gumbel.module import HardwareGumbelModule
 from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
 from nni_hwaware.strategies.gumbel.search import (
     SearchOutcome,
-    load_cost_model,
+    load_space_cost_model,
     run_pipeline,
     search,
 )
@@ -57,7 +57,7 @@ __all__ = [
     "SweepConfig",
     "TemperatureConfig",
     "gumbel_softmax_sample",
-    "load_cost_model",
+    "load_space_cost_model",
     "run_pipeline",
     "search",
 ]

@@ -2,7 +2,8 @@
 
 ``nni-hwaware search gumbel --config gumbel.yml`` runs :func:`run_pipeline`:
 
-1. the cost model of the chip (a table file, or the space profiled on this machine);
+1. the cost model of the chip (a table file, or the space profiled on this machine, every
+   distinct leaf once), the space pruned per (label, value) when ``prune.mode`` is set;
 2. :func:`search`: the supernet of the space trained by :class:`HardwareGumbelDARTS`
    on NNI's sequential engine with a Lightning ``Classification`` evaluator
    (training batches for the weights, validation batches for the architecture),
@@ -40,8 +41,7 @@ from nni_hwaware.profiling import fixed_threads
 from nni_hwaware.spaces.config import Architecture, SpaceConfig
 from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
 
-__all__ = ["EpochShuffle", "SearchOutcome", "gumbel_evaluator", "load_cost_model", "load_space_cost_model",
-           "run_pipeline", "search"]
+__all__ = ["EpochShuffle", "SearchOutcome", "gumbel_evaluator", "load_space_cost_model", "run_pipeline", "search"]
 
 
 class EpochShuffle(Sampler[int]):
@@ -78,38 +78,6 @@ class SearchOutcome:
     stage_log: list[dict[str, Any]] = field(default_factory=list)
 
 
-def load_cost_model(config: GumbelSearchConfig, space: SpaceConfig, out: Path) -> CostModel:
-    """The cost model of ``config.cost``; without a table file the space is profiled here once.
-
-    With ``config.prune.mode`` set, the space is pruned first (seed 001 step 4) and
-    the cost model is that of the pruned space (its ``config``); the pruned space
-    and the pruning report are written to ``out``.
-    """
-    from nni_hwaware.cost_table import CostTable, profile_space
-
-    cost = config.cost
-    if cost.table is not None:
-        table = CostTable.load(cost.table)
-    else:
-        path = out / "cost_table.csv"
-        if path.is_file():
-            table = CostTable.load(path)
-        else:
-            table = profile_space(space, chip=cost.chip, backend=cost.backend, batch_size=cost.batch_size,
-                                  threads=cost.threads, seed=config.seed)
-            table.save(path)
-    model = CostModel(table, space, chip=cost.chip, backend=cost.backend, batch_size=cost.batch_size)
-    prune = config.prune
-    if prune.mode is None:
-        return model
-    from nni_hwaware.pruning import prune_space
-
-    result = prune_space(model, mode=prune.mode, k=prune.k, threshold=prune.threshold, top=prune.top,
-                         always_keep=(*prune.keep, space.baseline_block))
-    result.save(out / "pruned_space.json", out / "pruning.csv")
-    return CostModel(table, result.config, chip=model.chip, backend=cost.backend, batch_size=cost.batch_size)
-
-
 def load_space_cost_model(config: GumbelSearchConfig, out: Path) -> tuple[Any, Any]:
     """The named space of ``config.space`` (any NNI model space) and its cost model, pruned as asked.
 
@@ -132,13 +100,12 @@ def load_space_cost_model(config: GumbelSearchConfig, out: Path) -> tuple[Any, A
     prune = config.prune
     if prune.mode is None:
         return dc.replace(named, reference=reference), model
-    from nni_hwaware.pruning import narrow_space, prune_choices
+    from nni_hwaware.pruning import prune_choices
 
     result = prune_choices(model, mode=prune.mode, k=prune.k, threshold=prune.threshold, top=prune.top,
                            always_keep=(*prune.keep, *reference.values()))
     write_atomically(out / "pruning.csv", result.report.to_csv(index=False))
-    narrowed = dc.replace(named, space=narrow_space(named.space, result.allowed), reference=reference)
-    return narrowed, result.model
+    return dc.replace(named.narrowed(result.allowed), reference=reference), result.model
 
 
 def _datasets(config: GumbelSearchConfig, space: SpaceConfig) -> dict[str, Dataset]:
@@ -193,18 +160,20 @@ def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: Cos
     from nni.nas.space import RawFormatModelSpace
 
     from nni_hwaware.spaces.io import save_architecture
-    from nni_hwaware.spaces.network import BlockChoiceSpace
+    from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.strategies.gumbel.staged import StagePlan
     from nni_hwaware.strategies.gumbel.strategy import HardwareGumbelDARTS
 
     out.mkdir(parents=True, exist_ok=True)
+    if isinstance(space, SpaceConfig):
+        space = resolve_space(space)  # the project's spaces are ModelSpaces like any other
     labels = list(cost_model.labels)
     max_epochs = StagePlan(labels, config.stages, config.temperature).max_total_epochs()
     start = time.perf_counter()
     with fixed_threads(config.search.threads):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)  # the supernet's initial weights
-            supernet = BlockChoiceSpace(space.to_dict()) if isinstance(space, SpaceConfig) else space.supernet()
+            supernet = space.supernet()
         evaluator = gumbel_evaluator(config, space, max_epochs, out, callbacks)
         checkpoint = out / "checkpoints" / "last.ckpt"
         resume = config.search.checkpoint and config.search.resume and checkpoint.is_file()
@@ -217,7 +186,7 @@ def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: Cos
             gradient_clip_val=config.search.gradient_clip, arc_every=config.search.arc_every,
             baseline_bias=config.search.baseline_bias,
             seed=config.seed, report=report,
-            reference=None if isinstance(space, SpaceConfig) else space.baseline(cost_model))
+            reference=space.baseline(cost_model))
         try:
             strategy(RawFormatModelSpace(supernet, evaluator), SequentialExecutionEngine())
         except pickle.UnpicklingError as err:
@@ -249,16 +218,11 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
                  log: Callable[[str], None] = print) -> dict[str, Any]:
     """Search, export, retrain the found network and the baseline, sweep, report; returns the summary."""
     from nni_hwaware.report import ModelResult, evaluate_architecture, write_report
-    from nni_hwaware.spaces import get_space_config
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", config.to_dict())
-    if ":" in config.space and not config.space.endswith(".json"):  # any NNI model space
-        space, cost_model = load_space_cost_model(config, out)
-    else:
-        cost_model = load_cost_model(config, get_space_config(config.space), out)
-        space = cost_model.config  # pruned, if config.prune says so
+    space, cost_model = load_space_cost_model(config, out)  # pruned, if config.prune says so
     train = config.train_config()
 
     done: dict[tuple[tuple[str, str], ...], ModelResult] = {}

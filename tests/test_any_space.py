@@ -151,3 +151,30 @@ def test_own_space_configs_name_the_space_the_trials_train() -> None:
 
     notes = check_config(ROOT / "examples/own_space/config.yml")
     assert any("profiles this machine" in note for note in notes)
+
+
+@pytest.mark.slow
+def test_ppo_strategy_takes_a_model_space_object(tmp_path: Path) -> None:
+    """From Python, the user's ModelSpace object itself, no name to import."""
+    from nni.nas.experiment import NasExperiment, NasExperimentConfig
+    from test_space_cost_model import UserSpace
+
+    from nni_hwaware.cost_model import profile_space
+    from nni_hwaware.strategies.evaluator import hardware_evaluator
+    from nni_hwaware.strategies.ppo.strategy import PPOStrategy
+
+    named = resolve_space(UserSpace(), input_shape=(1, 8, 8), reference={"width": 8, "op": "conv3", "depth": 3})
+    table = tmp_path / "table.csv"
+    profile_space(named, progress=False, peak_flops=1e10, calibration_samples=2, max_seconds=0.2).save(table)
+    strategy = PPOStrategy(named, str(table), budget={"latency_ms": "70%"}, ppo={"seed": 0})
+    experiment = NasExperiment(named.space, hardware_evaluator(named, str(table), train=TRAIN), strategy,
+                               NasExperimentConfig("sequential", "raw"))
+    experiment.config.max_trial_number = 2
+    experiment.config.experiment_working_directory = str(tmp_path / "exp")
+    experiment.run()
+    results = strategy.tuner._results
+    experiment.stop()
+    assert len(results) == 2 and all(set(r["arch"]) == {"width", "op", "depth"} for r in results)
+    model = space_model(named, __import__("nni_hwaware.cost_table", fromlist=["CostTable"]).CostTable.load(table))
+    limit = 0.7 * model.predict(named.baseline(model)).latency_ms
+    assert all(model.predict(r["arch"]).latency_ms <= limit * (1 + 1e-9) for r in results)

@@ -291,3 +291,41 @@ def test_gumbel_search_on_a_user_space_finds_the_cheapest_network_under_a_strong
     assert records[-1]["expected_latency_ms"] < records[0]["expected_latency_ms"]
     free = search(config.replace(**{"penalty.alpha": 0.0}), named, model, tmp_path / "free")
     assert free.probabilities["op"]["skip"] < 0.5  # no penalty, no pull towards the cheapest
+
+
+class TwoInputSpace(_nas.ModelSpace):
+    """A leaf with two tensor inputs (a fusion of the choice's output with the stem's)."""
+
+    class Fuse(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+        def forward(self, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+            return self.conv(x) + skip
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(1, 8, 3, padding=1)
+        self.op = _nas.LayerChoice({"conv": nn.Conv2d(8, 8, 3, padding=1), "skip": nn.Identity()}, label="op")
+        self.fuse = TwoInputSpace.Fuse()
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        stem = self.stem(x)
+        return self.head(self.fuse(self.op(stem), stem))
+
+
+def test_a_leaf_with_two_inputs_is_measured_with_both() -> None:
+    space, x = TwoInputSpace(), torch.randn(1, 1, 8, 8)
+    leaves = find_leaves(space, x)
+    fuse = next(e for e in leaves.entries if "Fuse" in e.block)
+    assert fuse.input_shapes == ((8, 8, 8), (8, 8, 8)) and fuse.shape_str == "8x8x8;8x8x8"
+    table = profile_model_space(space, x, progress=False, peak_flops=1e10, calibration_samples=0,
+                                max_seconds=0.2)
+    model = space_cost_model(leaves, table)
+    for value in ("conv", "skip"):
+        network = space.freeze({"op": value}).eval()
+        assert model.predict({"op": value}).flops == count_flops(network, x)  # the add included
+    row = table.frame.set_index("block").loc[fuse.block]
+    assert row.input_shape == "8x8x8;8x8x8" and row.activation_mb >= 2 * 4 * 512 / 2**20

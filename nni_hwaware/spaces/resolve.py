@@ -157,7 +157,7 @@ def _check_shape(name: str, shape: Any) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
+def resolve_space(spec: str | nn.Module | NamedSpace | Any, **kwargs: Any) -> NamedSpace:
     """The space ``spec`` names (module docstring); ``kwargs`` go to its constructor.
 
     ``input_shape``, ``num_classes``, ``dataset`` and ``reference`` among ``kwargs`` are
@@ -165,6 +165,10 @@ def resolve_space(spec: str | nn.Module, **kwargs: Any) -> NamedSpace:
     """
     from nni_hwaware.spaces.config import SpaceConfig
 
+    if isinstance(spec, NamedSpace):
+        if kwargs:
+            raise HwAwareError(f"space {spec.name!r} is already resolved; it takes no arguments")
+        return spec
     options = {k: kwargs.pop(k) for k in _OPTIONS if k in kwargs}
     defaults: dict[str, Any] = {}
     from nni_hwaware.spaces.network import BlockChoiceSpace

@@ -30,7 +30,7 @@ class SampleEvaluator(FunctionalEvaluator):
         return self.function(model.executable_model(), sample=dict(sample or {}), **self.arguments)
 
 
-def evaluate_network(model: Any, space: str, table: str, chip: str | None = None, backend: str = "torch",
+def evaluate_network(model: Any, space: str | Any, table: str, chip: str | None = None, backend: str = "torch",
                      batch_size: int = 1, train: dict[str, Any] | None = None,
                      space_args: dict[str, Any] | None = None, sample: dict[str, Any] | None = None) -> None:
     import nni
@@ -55,6 +55,11 @@ def evaluate_network(model: Any, space: str, table: str, chip: str | None = None
     nni.report_final_result(trial_metrics(arch, result.metrics(), costs))
 
 
-def hardware_evaluator(space: str, table: str, **options: Any) -> Any:
-    """A :class:`SampleEvaluator` running :func:`evaluate_network` with these options."""
+def hardware_evaluator(space: str | Any, table: str, **options: Any) -> Any:
+    """A :class:`SampleEvaluator` running :func:`evaluate_network` with these options.
+
+    ``space`` is a string :func:`~nni_hwaware.spaces.resolve.resolve_space` takes (what NNI's
+    training services can send to any machine), or, on the sequential engine, a
+    ``NamedSpace`` object.
+    """
     return SampleEvaluator(evaluate_network, space=space, table=table, **options)

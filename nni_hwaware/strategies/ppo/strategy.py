@@ -22,7 +22,7 @@ __all__ = ["PPOStrategy"]
 class PPOStrategy(HPOTunerStrategy):
     """PPO architecture search under a hardware budget; arguments as :class:`PPOTuner`."""
 
-    def __init__(self, space: str, table: str | None = None, **options: Any) -> None:
+    def __init__(self, space: str | Any, table: str | None = None, **options: Any) -> None:
         super().__init__(PPOTuner(space, table, **options))
         self.tuner.rerun_in_flight = False  # NasExperiment.resume() does not rerun unfinished models
 

@@ -102,7 +102,9 @@ def resolve_budget(spec: Mapping[str, float | str] | None, baseline: Mapping[str
 class PPOTuner(Tuner):
     """NNI Tuner over :class:`~nni_hwaware.strategies.ppo.core.PPOSearch`.
 
-    Parameters mirror the YAML ``classArgs``: ``space`` (name or JSON file),
+    Parameters mirror the YAML ``classArgs``: ``space`` (a registered name or JSON file,
+    ``nni:<hub space>`` or ``module:callable``, with ``space_args``; from Python also a
+    ``ModelSpace`` or ``NamedSpace`` object),
     ``table`` (cost table file; profiled on this machine and written there when
     missing), ``chip`` / ``backend`` / ``batch_size`` (which rows of the table),
     ``budget`` (e.g. ``{latency_ms: "60%"}``), ``prune`` (options of
@@ -130,15 +132,20 @@ class PPOTuner(Tuner):
     counts decisions, results and failures.
     """
 
-    def __init__(self, space: str, table: str | None = None, *, space_args: dict[str, Any] | None = None,
+    def __init__(self, space: str | Any, table: str | None = None, *, space_args: dict[str, Any] | None = None,
                  chip: str | None = None,
                  backend: str = "torch", batch_size: int = 1, budget: dict[str, Any] | None = None,
                  prune: dict[str, Any] | None = None, ppo: dict[str, Any] | None = None,
                  state_file: str | None = None, search_trials: int | None = None,
                  retrain: dict[str, Any] | None = None, device: str = "cpu") -> None:
-        self.space = str(_resolve(space)) if space.endswith(".json") else space
         self.space_args = dict(space_args or {})
         self._named: NamedSpace | None = None
+        if not isinstance(space, str):  # a ModelSpace or NamedSpace object (the Python route)
+            from nni_hwaware.spaces.resolve import resolve_space
+
+            self._named = resolve_space(space, **self.space_args)
+            space = self._named.name
+        self.space = str(_resolve(space)) if space.endswith(".json") else space
         self.output_dir = _output_dir()
         self.table_path = str(_resolve(table)) if table else str(self.output_dir / "cost_table.csv")
         if not Path(self.table_path).exists():  # profiled at start and written there

@@ -179,6 +179,13 @@ def test_profiled_user_space_predicts_flops_and_params_of_every_network_exactly(
         assert cost.flops == count_flops(network, x)
         assert cost.params == count_params(network)
     assert (table.frame.kind == "network").sum() == 1
+    # NNI's ExpressionProfiler of the model (for Filter, RangeProfilerFilter, penalties) agrees with it
+    profilers = {m: model.expression_profiler(space, m) for m in ("latency_ms", "memory_mb", "flops", "params")}
+    for at in itertools.product(*(range(len(v)) for v in model.candidates)):
+        sample = model.sample_of(at)
+        cost = model.predict(sample).metrics()
+        for metric, profiler in profilers.items():
+            assert profiler.profile(sample) == pytest.approx(cost[metric]), (metric, sample)
     # profiling again with the table measures nothing new
     again = profile_model_space(space, x, progress=False, table=table, calibration_samples=2)
     assert len(again) == len(table)

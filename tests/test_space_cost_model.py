@@ -336,3 +336,22 @@ def test_a_leaf_with_two_inputs_is_measured_with_both() -> None:
         assert model.predict({"op": value}).flops == count_flops(network, x)  # the add included
     row = table.frame.set_index("block").loc[fuse.block]
     assert row.input_shape == "8x8x8;8x8x8" and row.activation_mb >= 2 * 4 * 512 / 2**20
+
+
+def test_a_module_no_shape_formula_covers_gets_one_line() -> None:
+    class Roll(nn.Module):  # torch.roll: no NNI shape formula, and its input width is a choice
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.roll(x, 1, dims=1)
+
+    class Space(_nas.ModelSpace):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = _nas.MutableConv2d(1, nni.choice("w", [4, 8]), 3)
+            self.roll = Roll()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.roll(self.conv(x))
+
+    with pytest.raises(HwAwareError, match="cannot trace the space.*_shape_forward") as info:
+        find_leaves(Space(), torch.randn(1, 1, 8, 8))
+    assert "\n" not in str(info.value)

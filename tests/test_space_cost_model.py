@@ -186,6 +186,12 @@ def test_profiled_user_space_predicts_flops_and_params_of_every_network_exactly(
         cost = model.predict(sample).metrics()
         for metric, profiler in profilers.items():
             assert profiler.profile(sample) == pytest.approx(cost[metric]), (metric, sample)
+    # the network row's measured-to-summed ratio multiplies every prediction's latency
+    leaves = find_leaves(space, x)
+    bare = space_cost_model(leaves, table, with_network_term=False)
+    scale = float(table.frame.set_index("kind").loc["network", "latency_scale"])
+    sample = model.sample_of((1, 0, 2))
+    assert model.predict(sample).latency_ms == pytest.approx(scale * bare.predict(sample).latency_ms)
     # profiling again with the table measures nothing new
     again = profile_model_space(space, x, progress=False, table=table, calibration_samples=2)
     assert len(again) == len(table)

@@ -40,7 +40,9 @@ column               type   meaning
 ``providers``        str    ONNX Runtime execution providers joined by ``"+"``; ``""`` for torch
 ===================  =====  ==========================================================
 
-A ``network`` row (block ``"network"``, the space's input shape) holds what a
+A ``network`` row (block ``"network"`` in block tables, ``"network-<space fingerprint>"``
+in leaf tables, whose extra column ``latency_scale`` is the measured-to-summed ratio
+that predictions multiply by; the space's input shape) holds what a
 network costs beyond the sum of its blocks, measured when the table is profiled
 (see :mod:`nni_hwaware.cost_table.profile`): its ``latency_ms`` is added to every
 prediction.

@@ -41,7 +41,7 @@ def test_profile_writes_every_distinct_block_once_plus_network_row(tiny_profile:
     assert set(frame.chip) == {"test-board"} and set(frame.peak_flops) == {1e10}
     assert (frame[frame.kind == "network"].latency_ms > 0).all()
     cost = space_model(resolve_space("digits_tiny"), table).predict(config.baseline())
-    assert cost.params == sum(p.numel() for p in config.build(config.baseline()).parameters())
+    assert cost.params == sum(p.numel() for p in resolve_space("digits_tiny").build(config.baseline()).parameters())
 
 
 def test_identical_layers_are_profiled_once() -> None:

@@ -18,12 +18,12 @@ from nni_hwaware.cost_model import (
     choice_cost_model,
     find_leaves,
     profile_model_space,
-    space_choices,
     space_cost_model,
 )
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.nni_fixes import import_nni_nas
 from nni_hwaware.profiling import count_flops, count_params
+from nni_hwaware.spaces.choices import space_choices
 
 _nas = import_nni_nas()
 
@@ -358,6 +358,6 @@ def test_a_module_no_shape_formula_covers_gets_one_line() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.roll(self.conv(x))
 
-    with pytest.raises(HwAwareError, match="cannot trace the space.*_shape_forward") as info:
+    with pytest.raises(HwAwareError, match=r"cannot trace the space.*_shape_forward") as info:
         find_leaves(Space(), torch.randn(1, 1, 8, 8))
     assert "\n" not in str(info.value)

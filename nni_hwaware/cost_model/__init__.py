@@ -17,7 +17,6 @@ from nni_hwaware.cost_model.leaves import (
     LeafTerm,
     SpaceLeaves,
     find_leaves,
-    space_choices,
 )
 from nni_hwaware.cost_model.model import ADDITIVE, CostFactor, SpaceCostModel
 from nni_hwaware.cost_model.profile import (
@@ -43,7 +42,6 @@ __all__ = [
     "profile_model_space",
     "profile_space",
     "random_samples",
-    "space_choices",
     "space_cost_model",
     "space_model",
 ]

@@ -40,6 +40,7 @@ from torch import nn
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.nni_fixes import import_nni_nas, register_shape_formulas
+from nni_hwaware.spaces.choices import space_choices
 
 __all__ = ["LeafEntry", "LeafTerm", "SpaceLeaves", "find_leaves"]
 
@@ -263,34 +264,6 @@ def _narrow(context: dict[str, frozenset[Any]], label: str, allowed: set[Any]) -
     out = dict(context)
     out[label] = frozenset(allowed) & out[label] if label in out else frozenset(allowed)
     return out
-
-
-def space_choices(space: nn.Module) -> dict[str, list[Any]]:
-    """``{label: values}`` of a model space; every label must be categorical."""
-    if not isinstance(space, _nas.MutableModule):
-        raise HwAwareError(f"expected an NNI ModelSpace, got {type(space).__name__}")
-    choices: dict[str, list[Any]] = {}
-    for label, mutable in space.simplify().items():
-        values = getattr(mutable, "values", None)
-        if not isinstance(mutable, _categorical()) or values is None:
-            raise HwAwareError(f"label {label!r} is a {type(mutable).__name__}, not a categorical choice; "
-                               "use nni.choice(...) (a LayerChoice, Repeat depth or mutable layer argument)")
-        choices[str(label)] = [_plain(v) for v in values]  # plain str: NNI's labels are a subclass
-    return choices
-
-
-def _plain(value: Any) -> Any:
-    """A value as a plain Python type (NNI gives str subclasses), so it pickles and saves anywhere."""
-    for kind in (bool, int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value
-
-
-def _categorical() -> type:
-    from nni.mutable import Categorical
-
-    return Categorical
 
 
 def find_leaves(space: nn.Module, dummy_input: Any) -> SpaceLeaves:

@@ -14,12 +14,11 @@ that involve ``l`` with the other labels uniform), ``C`` the chip's peak. Kept:
 mean over all labels (``global-mean``), a value (``value``) or the ``top`` best per
 label (``top-k``). A label always keeps its best value, and values in
 ``always_keep`` stay. The result is the narrowed cost model and, with
-:func:`narrow_space`, the narrowed NNI space: every strategy of NNI's accepts it.
+:func:`~nni_hwaware.spaces.choices.narrow_space`, the narrowed NNI space: every strategy of NNI's accepts it.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -33,9 +32,8 @@ import pandas as pd
 from nni_hwaware.cost_model import SpaceCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_atomically, write_json
-from nni_hwaware.nni_fixes import import_nni_nas
 
-__all__ = ["ChoicePruneResult", "narrow_space", "prune_choices"]
+__all__ = ["ChoicePruneResult", "prune_choices"]
 
 MODES = ("layer-mean", "global-mean", "value", "top-k")
 
@@ -117,45 +115,3 @@ def prune_choices(model: SpaceCostModel, *, mode: str = "layer-mean", k: float =
     report["kept"] |= best & ~report.groupby("label", sort=False)["kept"].transform("any")
     allowed = {label: list(group.loc[group.kept, "value"]) for label, group in report.groupby("label", sort=False)}
     return ChoicePruneResult(allowed, model.restrict(allowed), report)
-
-
-def narrow_space(space: Any, allowed: Mapping[str, Sequence[Any]]) -> Any:
-    """A copy of ``space`` whose labels offer only the ``allowed`` values.
-
-    ``LayerChoice``\\ s lose the dropped candidates (modules included, so a one-shot
-    supernet of the narrowed space holds only what is kept); every other categorical
-    choice (``Repeat`` depth, widths and kernels of mutable layers) keeps only the
-    allowed values. ``space.freeze(sample)`` works for every sample of the narrowed
-    space, and NNI's strategies sample only from it.
-    """
-    nas = import_nni_nas()
-    from nni.mutable import Categorical
-
-    narrowed = copy.deepcopy(space)
-    choices = narrowed.simplify()
-    unknown = sorted(set(allowed) - set(choices))
-    if unknown:
-        raise HwAwareError(f"cannot narrow labels {unknown}: the space has no such choices")
-    for label, values in allowed.items():
-        present = list(choices[label].values)
-        kept = [v for v in present if any(v == a or str(v) == str(a) for a in values)]
-        if not kept:
-            raise HwAwareError(f"label {label!r}: none of {list(values)} is among its values {present}")
-        allowed_here = {label: kept}
-        for module in narrowed.modules():
-            if isinstance(module, nas.LayerChoice) and module.label == label:
-                for name in [n for n in module.names if n not in kept]:
-                    module._modules.pop(str(name))
-                module.names = list(kept)
-                module.choice.values = list(kept)
-                module.choice.weights = [1 / len(kept)] * len(kept)
-                if module.choice.default_value not in kept:
-                    module.choice.default_value = kept[0]
-                module._dry_run_choice = module.choice.default_value if module.choice.default_value in kept else kept[0]
-        for mutable in narrowed.leaf_mutables(lambda m: isinstance(m, Categorical)):
-            if isinstance(mutable, Categorical) and mutable.label == label:
-                mutable.values = list(allowed_here[label])
-                mutable.weights = [1 / len(kept)] * len(kept)
-                if mutable.default_value not in kept:
-                    mutable.default_value = kept[0]
-    return narrowed

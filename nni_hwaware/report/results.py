@@ -95,7 +95,9 @@ def measure_architecture(config: Any, arch: Mapping[str, str], *, batch_size: in
 
     from nni_hwaware.cost_model.profile import TIMING
     from nni_hwaware.profiling import measure_module
+    from nni_hwaware.spaces.resolve import resolve_space
 
+    config = resolve_space(config)  # the project's spaces are ModelSpaces like any other
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         net = config.build(arch)

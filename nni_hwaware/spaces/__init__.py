@@ -1,4 +1,5 @@
-"""Search spaces of ResNet, MobileNet and SENet blocks on ResNet50's skeleton."""
+"""Search spaces: any NNI model space by name (:mod:`~nni_hwaware.spaces.resolve`), and the project's
+ResNet50-skeleton spaces of ResNet, MobileNet and SENet blocks."""
 
 from __future__ import annotations
 

@@ -178,12 +178,6 @@ class SpaceConfig:
         """Per-sample input shape (C, H, W)."""
         return (self.in_channels, self.image_size, self.image_size)
 
-    def build(self, arch: Mapping[str, str]) -> nn.Module:
-        """One network of the space (random initialisation from torch's current seed)."""
-        from nni_hwaware.spaces.network import build_network
-
-        return build_network(self, arch)
-
     def baseline(self) -> Architecture:
         """Plain ResNet50 of this skeleton: ``baseline_block`` in every layer."""
         return {spec.label: self.baseline_block for spec in self.layer_specs()}

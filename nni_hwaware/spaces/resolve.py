@@ -55,7 +55,9 @@ class NamedSpace:
     """A model space and what searching it needs besides (see the module docstring)."""
 
     name: str
-    space: nn.Module
+    #: The space (built on first use from :attr:`factory` when not given: the project's
+    #: spaces are only built where a supernet is needed).
+    _space: nn.Module | None
     #: Per-sample input shape, e.g. (3, 32, 32).
     input_shape: tuple[int, ...]
     num_classes: int = 10
@@ -69,6 +71,15 @@ class NamedSpace:
     #: None for a space given as an object.
     factory: Callable[[], nn.Module] | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def space(self) -> nn.Module:
+        """The NNI model space."""
+        if self._space is None:
+            if self.factory is None:
+                raise HwAwareError(f"space {self.name!r} has neither a space nor a factory")
+            self._space = self.factory()
+        return self._space
+
     def dummy_input(self) -> torch.Tensor:
         """One input of the space, batch 1 (seeded, the global random state untouched)."""
         generator = torch.Generator().manual_seed(0)
@@ -77,9 +88,10 @@ class NamedSpace:
     def choices(self) -> dict[str, list[Any]]:
         """``{label: values}`` of the space, in its order."""
         if getattr(self, "_choices", None) is None:
-            from nni_hwaware.cost_model.leaves import space_choices
+            from nni_hwaware.spaces.choices import space_choices
 
-            self._choices = space_choices(self.space)
+            self._choices = ({spec.label: list(spec.candidates) for spec in self.config.layer_specs()}
+                             if self.config is not None else space_choices(self.space))
         return dict(self._choices)
 
     def check_architecture(self, sample: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,7 +123,9 @@ class NamedSpace:
         """One network of the space, its weights initialised afresh from torch's current seed."""
         sample = self.check_architecture(sample)
         if self.config is not None:  # the project's spaces build only the sampled blocks
-            return self.space.freeze(sample)
+            from nni_hwaware.spaces.network import build_network
+
+            return build_network(self.config, sample)
         if self.factory is not None:
             return self.factory().freeze(sample)
         network = self.space.freeze(sample)
@@ -120,11 +134,17 @@ class NamedSpace:
 
     def narrowed(self, allowed: Mapping[str, Any]) -> NamedSpace:
         """The same space offering only the ``allowed`` values of its labels (a pruned space)."""
-        from nni_hwaware.pruning.choices import narrow_space
+        from nni_hwaware.spaces.choices import narrow_space
 
+        if self.config is not None:  # the project's spaces: a config with fewer candidates per layer
+            from nni_hwaware.spaces.network import BlockChoiceSpace
+
+            config = self.config.with_layer_candidates({k: [str(v) for v in vals] for k, vals in allowed.items()})
+            return dataclasses.replace(self, _space=None, config=config,
+                                       factory=lambda: BlockChoiceSpace(config.to_dict()))
         factory = self.factory
         return dataclasses.replace(
-            self, space=narrow_space(self.space, allowed),
+            self, _space=narrow_space(self.space, allowed),
             factory=None if factory is None else (lambda: narrow_space(factory(), allowed)))
 
     def baseline(self, cost_model: Any = None) -> dict[str, Any]:
@@ -222,7 +242,7 @@ def resolve_space(spec: str | nn.Module | NamedSpace | Any, **kwargs: Any) -> Na
     if "input_shape" not in values:
         raise HwAwareError(f"space {name!r} does not say its input shape; give input_shape (e.g. [3, 32, 32]) "
                            "or set an input_shape attribute on the space")
-    return NamedSpace(name=name, space=space, input_shape=_check_shape(name, values["input_shape"]),
+    return NamedSpace(name=name, _space=space, input_shape=_check_shape(name, values["input_shape"]),
                       num_classes=int(values.get("num_classes", 10)), dataset=str(values.get("dataset", "digits")),
                       reference=values.get("reference", "largest"), kwargs=dict(kwargs), factory=factory)
 
@@ -249,7 +269,7 @@ def _project_space(config: Any, options: Mapping[str, Any]) -> NamedSpace:
 
     values = {"input_shape": config.input_shape, "num_classes": config.num_classes, "dataset": config.dataset,
               "reference": config.baseline(), **options}
-    return NamedSpace(name=config.name, space=BlockChoiceSpace(config.to_dict()),
+    return NamedSpace(name=config.name, _space=None,
                       input_shape=_check_shape(config.name, values["input_shape"]),
                       num_classes=int(values["num_classes"]), dataset=str(values["dataset"]),
                       reference=values["reference"], config=config,

@@ -182,6 +182,9 @@ def train_architecture(config: SpaceConfig | Any, arch: Mapping[str, Any], train
     ``config`` is the space: a :class:`SpaceConfig` or a
     :class:`~nni_hwaware.spaces.resolve.NamedSpace` (any NNI model space).
     """
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    config = resolve_space(config)  # the project's spaces are ModelSpaces like any other
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(train.seed)
         net = config.build(arch)

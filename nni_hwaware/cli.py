@@ -135,12 +135,14 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 def _model(args: argparse.Namespace, table_path: str) -> tuple[Any, Any]:
     """The named space and its cost model from ``table_path`` (chip, backend, batch size of ``args``)."""
-    from nni_hwaware.cost_model import space_model
+    from nni_hwaware.cost_model import is_choice_table, load_space_model
     from nni_hwaware.cost_table import CostTable
 
     named = _named(args)
-    return named, space_model(named, CostTable.load(table_path), chip=args.chip, backend=args.backend,
-                              batch_size=args.batch_size)
+    if not is_choice_table(table_path):
+        CostTable.load(table_path)  # a missing or malformed file: one line, before anything is profiled
+    return named, load_space_model(named, table_path, chip=args.chip, backend=args.backend,
+                                   batch_size=args.batch_size)
 
 
 def _add_validate(parser: argparse.ArgumentParser) -> None:

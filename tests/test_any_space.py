@@ -178,3 +178,30 @@ def test_ppo_strategy_takes_a_model_space_object(tmp_path: Path) -> None:
     model = space_model(named, __import__("nni_hwaware.cost_table", fromlist=["CostTable"]).CostTable.load(table))
     limit = 0.7 * model.predict(named.baseline(model)).latency_ms
     assert all(model.predict(r["arch"]).latency_ms <= limit * (1 + 1e-9) for r in results)
+
+
+def test_tuner_searches_a_hub_space_with_a_per_choice_cost_table(tmp_path: Path) -> None:
+    """Costs measured elsewhere (a tabular benchmark, nn-Meter): label, value, costs; no profiling."""
+    import pandas as pd
+
+    from nni_hwaware.strategies.ppo.tuner import PPOTuner
+
+    args = SPACES["nni:NasBench201"]
+    named = resolve_space("nni:NasBench201", **args)
+    costs = {"none": 0.0, "skip_connect": 0.01, "conv_1x1": 0.3, "conv_3x3": 1.0, "avg_pool_3x3": 0.2}
+    rows = [{"label": "_fixed", "value": "", "latency_ms": 1.0, "memory_mb": 0.5, "flops": 1e6, "params": 1e4}]
+    rows += [{"label": label, "value": v, "latency_ms": costs[v], "memory_mb": costs[v] / 10,
+              "flops": 1e6 * costs[v], "params": 1e3 * costs[v]} for label, values in named.choices().items()
+             for v in values]
+    path = tmp_path / "per_choice.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    tuner = PPOTuner("nni:NasBench201", str(path), space_args=args, budget={"latency_ms": "40%"},
+                     ppo={"seed": 0})
+    tuner.update_search_space({label: {"_type": "choice", "_value": values}
+                               for label, values in named.choices().items()})
+    limit = 0.4 * (1.0 + 6 * 1.0)  # the reference: every edge a 3x3 conv
+    for i in range(10):
+        params = tuner.generate_parameters(i)
+        arch = {k: v for k, v in params.items() if not k.startswith("_")}
+        assert 1.0 + sum(costs[v] for v in arch.values()) <= limit + 1e-9
+        tuner.receive_trial_result(i, params, {"default": 0.5})

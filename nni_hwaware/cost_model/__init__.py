@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from nni_hwaware.cost_model.blocks import block_cost_model
 from nni_hwaware.cost_model.choices import choice_cost_model, load_choice_table
-from nni_hwaware.cost_model.for_space import load_or_profile, profile_space, space_model
+from nni_hwaware.cost_model.for_space import (
+    is_choice_table,
+    load_or_profile,
+    load_space_model,
+    profile_space,
+    space_model,
+)
 from nni_hwaware.cost_model.leaves import (
     LeafEntry,
     LeafTerm,
@@ -36,8 +42,10 @@ __all__ = [
     "block_cost_model",
     "choice_cost_model",
     "find_leaves",
+    "is_choice_table",
     "load_choice_table",
     "load_or_profile",
+    "load_space_model",
     "measure_samples",
     "profile_model_space",
     "profile_space",

@@ -8,7 +8,12 @@ pipeline, the command line) does to get from ``space`` + ``table`` to a
   is read through the space's leaves;
 * a table of the project's block rows (``nni-hwaware profile`` of a registered space,
   :func:`nni_hwaware.cost_table.profile_space`) through its block cost model;
+* a per-choice cost table (``label, value, latency_ms, ...``: a tabular benchmark,
+  nn-Meter, a vendor's profiler) through :func:`~nni_hwaware.cost_model.choice_cost_model`;
 * a missing table is profiled here (every distinct leaf once) and written.
+
+:func:`load_space_model` does all of it from a file name: what the tuner, its trials,
+the evaluator and the command line call.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from nni_hwaware.cost_model.profile import profile_model_space, space_cost_model
 from nni_hwaware.cost_table.table import CostTable
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["load_or_profile", "profile_space", "space_model"]
+__all__ = ["is_choice_table", "load_or_profile", "load_space_model", "profile_space", "space_model"]
 
 
 def _leaves(named: Any) -> SpaceLeaves:
@@ -77,3 +82,26 @@ def space_model(named: Any, table: CostTable, *, chip: str | None = None, backen
     from nni_hwaware.cost_table.predict import CostModel
 
     return block_cost_model(CostModel(table, config, chip=chip, backend=backend, batch_size=batch_size))
+
+
+def is_choice_table(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a per-choice cost table (a CSV with ``label`` and ``value`` columns)."""
+    path = Path(path)
+    if path.suffix.lower() != ".csv" or not path.is_file():
+        return False
+    with path.open(encoding="utf-8") as fh:
+        header = [c.strip() for c in fh.readline().split(",")]
+    return "label" in header and "value" in header and "block" not in header
+
+
+def load_space_model(named: Any, path: str | os.PathLike[str] | None, *, chip: str | None = None,
+                     backend: str = "torch", batch_size: int = 1, device: str = "cpu",
+                     threads: int | None = 1, seed: int = 0) -> SpaceCostModel:
+    """The cost model of ``named`` from the file at ``path`` (module docstring); profiled there when missing."""
+    if path is not None and is_choice_table(path):
+        from nni_hwaware.cost_model.choices import choice_cost_model
+
+        return choice_cost_model(path, choices=named.choices(), name=named.name, chip=chip or "")
+    table = load_or_profile(named, path, chip=chip, backend=backend, batch_size=batch_size, device=device,
+                            threads=threads, seed=seed)
+    return space_model(named, table, chip=chip, backend=backend, batch_size=batch_size)

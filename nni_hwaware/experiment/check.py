@@ -37,7 +37,6 @@ def _load(path: Path) -> dict[str, Any]:
 
 def check_config(path: str | os.PathLike[str]) -> list[str]:
     """Raise :class:`HwAwareError` on the first problem; return notes on what will happen."""
-    from nni_hwaware.cost_table import CostTable
     from nni_hwaware.strategies.budget import BudgetMask
     from nni_hwaware.strategies.ppo.tuner import PPOClassArgsValidator, PPOTuner
 
@@ -84,7 +83,11 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
         _check_labels(search_space, ppo)
         notes.append("no cost table yet: the tuner profiles this machine's chip when the experiment starts")
         return notes
-    model, budget, _ = ppo.search_model(search_space, CostTable.load(table_path))
+    from nni_hwaware.cost_model import load_space_model
+
+    full = load_space_model(ppo.named, table_path, chip=args.get("chip"), backend=args.get("backend", "torch"),
+                            batch_size=args.get("batch_size", 1))
+    model, budget, _ = ppo.search_model(search_space, full)
     BudgetMask(model, budget)  # raises, naming the cheapest achievable cost, when nothing fits
     notes.append(f"cost table {table_path} (chip {model.chip}); budget {budget.limits()}")
     return notes

@@ -33,19 +33,22 @@ class SampleEvaluator(FunctionalEvaluator):
 def evaluate_network(model: Any, space: str | Any, table: str, chip: str | None = None, backend: str = "torch",
                      batch_size: int = 1, train: dict[str, Any] | None = None,
                      space_args: dict[str, Any] | None = None, sample: dict[str, Any] | None = None) -> None:
+    from pathlib import Path
+
     import nni
     import torch
 
-    from nni_hwaware.cost_model import space_model
-    from nni_hwaware.cost_table import CostTable
+    from nni_hwaware.cost_model import load_space_model
+    from nni_hwaware.errors import HwAwareError
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.trial.run import trial_metrics
     from nni_hwaware.trial.train import TrainConfig, train_network
 
     named = resolve_space(space, **(space_args or {}))
     arch = named.check_architecture(sample or getattr(model, "arch", None) or {})
-    costs = space_model(named, CostTable.load(table), chip=chip, backend=backend,
-                        batch_size=batch_size).predict(arch).metrics()
+    if not Path(table).is_file():
+        raise HwAwareError(f"cost table {table} does not exist here: profile the space first")
+    costs = load_space_model(named, table, chip=chip, backend=backend, batch_size=batch_size).predict(arch).metrics()
     config = TrainConfig.from_dict(train or {})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)

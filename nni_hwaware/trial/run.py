@@ -58,10 +58,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     import nni
 
-    from nni_hwaware.cost_model import space_model
-    from nni_hwaware.cost_table import CostTable
+    from nni_hwaware.cost_model import load_space_model
     from nni_hwaware.nni_fixes import next_parameters
     from nni_hwaware.spaces.io import load_architecture
     from nni_hwaware.spaces.resolve import resolve_space
@@ -81,8 +82,10 @@ def _run(args: argparse.Namespace) -> int:
     table = args.table or params.get("_table")
     if not table:
         raise HwAwareError("no cost table: pass --table FILE (or run under the PPO tuner, which names it)")
-    model = space_model(named, CostTable.load(table), chip=args.chip or params.get("_chip"),
-                        backend=args.backend, batch_size=args.batch_size)
+    if not Path(table).is_file():
+        raise HwAwareError(f"cost table {table} does not exist here: profile the space or pass --table FILE")
+    model = load_space_model(named, table, chip=args.chip or params.get("_chip"), backend=args.backend,
+                             batch_size=args.batch_size)
     if params.get("_retrain"):
         return _retrain(named, model, params)
     if args.arch:

@@ -41,7 +41,6 @@ from nni_hwaware.strategies.ppo.config import PPOConfig
 
 if TYPE_CHECKING:
     from nni_hwaware.cost_model import SpaceCostModel
-    from nni_hwaware.cost_table import CostTable
     from nni_hwaware.spaces.resolve import NamedSpace
     from nni_hwaware.strategies.budget import Budget
     from nni_hwaware.strategies.ppo.core import PPOSearch
@@ -195,24 +194,24 @@ class PPOTuner(Tuner):
             self._named = resolve_space(self.space, **self.space_args)
         return self._named
 
-    def _table(self) -> CostTable:
-        from nni_hwaware.cost_model import load_or_profile
+    def space_model(self) -> SpaceCostModel:
+        """The whole space's cost model from ``table`` (a cost table, profiled there when missing, or
+        a per-choice cost table)."""
+        from nni_hwaware.cost_model import load_space_model
 
         if not Path(self.table_path).exists():
             _writable(Path(self.table_path), "cost table")
             _logger.info("profiling space %s on this machine's chip", self.named.name)
-        return load_or_profile(self.named, self.table_path, chip=self.chip, backend=self.backend,
-                               batch_size=self.batch_size, device=self.device)
+        return load_space_model(self.named, self.table_path, chip=self.chip, backend=self.backend,
+                                batch_size=self.batch_size, device=self.device)
 
-    def search_model(self, search_space: Mapping[str, Any], table: CostTable
+    def search_model(self, search_space: Mapping[str, Any], full: SpaceCostModel
                      ) -> tuple[SpaceCostModel, Budget, dict[str, Any]]:
         """The cost model of the search space's values (pruned as asked), the budget and the reference.
 
-        The budget's percentages are of the reference network's cost under the whole space's model.
+        ``full`` is the whole space's model; the budget's percentages are of the reference
+        network's cost under it.
         """
-        from nni_hwaware.cost_model import space_model
-
-        full = space_model(self.named, table, chip=self.chip, backend=self.backend, batch_size=self.batch_size)
         choices = full.choices()
         allowed: dict[str, list[Any]] = {}
         for name, spec in search_space.items():
@@ -259,7 +258,7 @@ class PPOTuner(Tuner):
             from nni_hwaware.trial.train import TrainConfig
 
             TrainConfig.from_dict(self.retrain)
-        model, budget, _ = self.search_model(search_space, self._table())
+        model, budget, _ = self.search_model(search_space, self.space_model())
         self.model = model
         self.search = PPOSearch(model, budget, self.ppo_config)
         if self.state_file and Path(self.state_file).exists():  # saved at every event: the newest

@@ -193,16 +193,18 @@ def _cmd_chips(args: argparse.Namespace) -> int:
 
     table = CostTable.load(args.table)
     named = _named(args)
+    models = {chip: space_model(named, table, chip=chip, backend=args.backend, batch_size=args.batch_size)
+              for chip in table.chips()}
+    if args.arch:
+        arch = load_architecture(args.arch, named)
+    else:  # the same network on every chip: the reference, by the first chip's costs where it is "largest"
+        first = next(iter(models.values()))
+        try:
+            arch = named.baseline(first)
+        except HwAwareError:  # a pruned space without its reference network: its largest
+            arch = first.reference("largest")
     rows = []
-    for chip in table.chips():
-        model = space_model(named, table, chip=chip, backend=args.backend, batch_size=args.batch_size)
-        if args.arch:
-            arch = load_architecture(args.arch, named)
-        else:
-            try:
-                arch = named.baseline(model)
-            except HwAwareError:  # a pruned space without its reference network: its largest
-                arch = model.reference("largest")
+    for chip, model in models.items():
         cost = model.predict(arch)
         peak = model.peak_flops or float("nan")
         rows.append({"chip": chip, "latency_ms": cost.latency_ms, "memory_mb": cost.memory_mb,
@@ -408,10 +410,14 @@ def _cmd_retrain(args: argparse.Namespace) -> int:
     from nni_hwaware.trial.train import TrainConfig
 
     if args.space is None:
+        import json
+
         data = read_json(args.arch, "architecture file")
         args.space = data.get("space") if isinstance(data, dict) else None
         if not args.space:
             raise HwAwareError(f"{args.arch} names no space; pass --space")
+        if args.space_args == "{}" and isinstance(data.get("space_args"), dict):
+            args.space_args = json.dumps(data["space_args"])
     named = _named(args)
     arch = load_architecture(args.arch, named)
     train = TrainConfig.from_json(args.train, epochs=args.epochs, seed=args.seed, data_dir=args.data_dir)

@@ -363,3 +363,34 @@ def test_a_module_no_shape_formula_covers_gets_one_line() -> None:
     with pytest.raises(HwAwareError, match=r"cannot trace the space.*_shape_forward") as info:
         find_leaves(Space(), torch.randn(1, 1, 8, 8))
     assert "\n" not in str(info.value)
+
+
+def test_building_a_network_leaves_the_users_space_untouched() -> None:
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    named = resolve_space(UserSpace(), input_shape=(1, 8, 8))
+    before = {k: v.clone() for k, v in named.space.state_dict().items()}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        network = named.build({"width": 8, "op": "conv3", "depth": 2})
+    assert all(torch.equal(before[k], v) for k, v in named.space.state_dict().items())
+    assert network(torch.randn(2, 1, 8, 8)).shape == (2, 10)
+
+
+def test_fixed_rows_and_value_types_of_a_per_choice_table() -> None:
+    from nni_hwaware.pruning import prune_choices
+
+    frame = pd.DataFrame([
+        {"label": "_fixed", "value": "", "latency_ms": 1, "memory_mb": 1.0, "activation_mb": 0.5, "flops": 1, "params": 1},
+        {"label": "_fixed", "value": "", "latency_ms": 1, "memory_mb": 1.0, "activation_mb": 0.5, "flops": 1, "params": 1},
+        {"label": "w", "value": "0.5", "latency_ms": 1, "memory_mb": 0.1, "activation_mb": 0.0, "flops": 1e3, "params": 1},
+        {"label": "w", "value": "1.0", "latency_ms": 1, "memory_mb": 0.2, "activation_mb": 0.0, "flops": 4e3, "params": 4},
+        {"label": "k", "value": "3", "latency_ms": 1, "memory_mb": 0.1, "activation_mb": 0.0, "flops": 1e3, "params": 1},
+        {"label": "k", "value": "5", "latency_ms": 1, "memory_mb": 0.2, "activation_mb": 0.0, "flops": 9e3, "params": 9},
+    ])
+    model = choice_cost_model(frame, choices={"w": [0.5, 1.0], "k": [3, 5]}, peak_flops=1e6)
+    cost = model.predict({"w": 0.5, "k": 3})
+    assert cost.param_mb == pytest.approx(1.0 + 0.1 + 0.1)  # weights of both fixed parts
+    assert cost.memory_mb == pytest.approx(1.2 + 0.5)  # plus the largest activation
+    allowed = prune_choices(model, mode="top-k", top=1).allowed
+    assert allowed == {"w": [1.0], "k": [5]} and type(allowed["k"][0]) is int

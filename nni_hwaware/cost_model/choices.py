@@ -109,10 +109,11 @@ def choice_cost_model(frame: pd.DataFrame | str | os.PathLike[str], *,
     if unknown:
         raise HwAwareError(f"per-choice cost table names labels {unknown} that the space does not have; "
                            f"its labels: {', '.join(choices)}")
-    activation = fixed_rows.activation_mb.max() if has_activation and len(fixed_rows) else 0.0
+    activations = fixed_rows.activation_mb if has_activation else pd.Series(0.0, index=fixed_rows.index)
     fixed = {"latency_ms": float(fixed_rows.latency_ms.sum()),
-             "param_mb": float(fixed_rows.memory_mb.sum()) - float(activation if len(fixed_rows) else 0.0),
-             "activation_mb": float(activation) if len(fixed_rows) else 0.0,
+             "param_mb": float((fixed_rows.memory_mb - activations).sum()),
+             "activation_mb": float(activations.max()) if len(fixed_rows) else 0.0,
+             "activation_sum_mb": float(activations.sum()),
              "flops": float(fixed_rows.flops.sum()), "params": float(fixed_rows.params.sum())}
     return SpaceCostModel(choices, factors, fixed, chip=chip, backend=backend, batch_size=batch_size,
                           name=name, peak_flops=peak_flops)

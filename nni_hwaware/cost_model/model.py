@@ -109,8 +109,9 @@ class SpaceCostModel:
                                                   float(factor.costs.get("activation_mb", 0.0)))
                 continue
             costs = {}
+            given = tuple(len(self.candidates[self.position[label]]) for label in factor.labels)
             for metric in _ALL:
-                values = np.asarray(factor.costs.get(metric, np.zeros(shape)), dtype=float)
+                values = np.asarray(factor.costs.get(metric, np.zeros(given)), dtype=float)
                 values = np.transpose(values, order) if values.ndim == len(order) else values
                 if values.shape != shape:
                     raise HwAwareError(f"factor over {list(labels)}: {metric} has shape {values.shape}, "
@@ -350,7 +351,7 @@ class SpaceCostModel:
             if unknown or not wanted:
                 raise HwAwareError(f"label {label}: cannot keep {unknown or 'no values'}; its values: {values}")
             keep.append([values.index(v) for v in wanted])
-            choices[label] = wanted
+            choices[label] = [values[j] for j in keep[-1]]  # the space's own values (and types)
         factors = []
         for factor, axes in zip(self.factors, self._axes, strict=True):
             index = np.ix_(*[keep[a] for a in axes])

@@ -113,5 +113,10 @@ def prune_choices(model: SpaceCostModel, *, mode: str = "layer-mean", k: float =
     keep_values = {str(v) for v in always_keep}
     report["kept"] = (report["S"] >= report["threshold"]) | report["value"].map(lambda v: str(v) in keep_values)
     report["kept"] |= best & ~report.groupby("label", sort=False)["kept"].transform("any")
-    allowed = {label: list(group.loc[group.kept, "value"]) for label, group in report.groupby("label", sort=False)}
+    kept = report["kept"].to_numpy()
+    allowed: dict[str, list[Any]] = {}
+    row = 0
+    for label, values in zip(model.labels, model.candidates, strict=True):  # the report's row order
+        allowed[label] = [v for j, v in enumerate(values) if kept[row + j]]
+        row += len(values)
     return ChoicePruneResult(allowed, model.restrict(allowed), report)

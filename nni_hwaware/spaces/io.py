@@ -17,7 +17,9 @@ __all__ = ["load_architecture", "save_architecture"]
 def save_architecture(path: str | os.PathLike[str], arch: Mapping[str, Any], config: SpaceConfig | Any,
                       **extra: object) -> Path:
     """Write ``arch`` with the space it belongs to (and any ``extra`` fields) atomically."""
-    return write_json(path, {"space": config.name, "arch": config.check_architecture(arch), **extra})
+    space_args = dict(getattr(config, "kwargs", None) or {})
+    return write_json(path, {"space": config.name, **({"space_args": space_args} if space_args else {}),
+                             "arch": config.check_architecture(arch), **extra})
 
 
 def load_architecture(path: str | os.PathLike[str], config: SpaceConfig | Any) -> Architecture:

@@ -128,7 +128,7 @@ class NamedSpace:
             return build_network(self.config, sample)
         if self.factory is not None:
             return self.factory().freeze(sample)
-        network = self.space.freeze(sample)
+        network = copy.deepcopy(self.space).freeze(sample)  # NNI's freeze hands out the space's own modules
         _reset_parameters(network)
         return network
 
@@ -281,5 +281,6 @@ def _construct(spec: str, target: Any, kwargs: Mapping[str, Any]) -> nn.Module:
         raise HwAwareError(f"space {spec!r} is not callable; name a ModelSpace class or a function returning one")
     try:
         return target(**kwargs)
-    except TypeError as err:
-        raise HwAwareError(f"cannot build space {spec!r} with arguments {dict(kwargs)}: {err}") from None
+    except (TypeError, ValueError, AssertionError) as err:
+        raise HwAwareError(f"cannot build space {spec!r} with arguments {dict(kwargs)}: "
+                           f"{' '.join(str(err).split()) or type(err).__name__}") from None

@@ -39,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         params = next_parameters() or {}
-        named = resolve_space(args.space, **json.loads(args.space_args))
+        space_args = json.loads(args.space_args)
+        if not isinstance(space_args, dict):
+            raise HwAwareError("--space-args must be a JSON object of keyword arguments")
+        named = resolve_space(args.space, **space_args)
         table = profile_space(named, chip=params.get("chip"), backend=args.backend, device=args.device,
                               batch_size=args.batch_size, threads=args.threads, progress=False)
     except (HwAwareError, json.JSONDecodeError) as err:

@@ -218,6 +218,8 @@ class PPOTuner(Tuner):
             kind = spec.get("_type") if isinstance(spec, Mapping) else None
             if kind != "choice":
                 raise HwAwareError(f"search space parameter {name!r} is {kind!r}; the PPO tuner takes only 'choice'")
+            if not isinstance(spec.get("_value"), list):
+                raise HwAwareError(f"search space parameter {name!r} needs '_value': the list of its values")
             if name not in choices:
                 raise HwAwareError(f"search space parameter {name!r} is not a label of space "
                                    f"{self.named.name!r} (labels: {', '.join(choices)})")

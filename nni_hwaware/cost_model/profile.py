@@ -169,7 +169,8 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
         calibrated = ((frame.block == block) & (frame.chip == chip) & (frame.backend == backend)
                       & (frame.batch_size == batch_size)).any()
         if calibration_samples > 0 and not calibrated:
-            template = records[0] if records else result.frame.iloc[0].to_dict()
+            same = frame[(frame.chip == chip) & (frame.backend == backend) & (frame.batch_size == batch_size)]
+            template = records[0] if records else same.iloc[0].to_dict()  # this chip's columns
             result = result.merge(_network_row(
                 space, leaves, result, calibration_samples, chip=chip, backend=backend, device=device,
                 batch_size=batch_size, threads=n_threads, seed=seed, progress=progress,

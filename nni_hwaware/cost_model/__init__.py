@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from nni_hwaware.cost_model.blocks import block_cost_model
+from nni_hwaware.cost_model.blocks import as_space_model, block_cost_model
 from nni_hwaware.cost_model.choices import choice_cost_model, load_choice_table
 from nni_hwaware.cost_model.for_space import (
     is_choice_table,
@@ -39,6 +39,7 @@ __all__ = [
     "LeafTerm",
     "SpaceCostModel",
     "SpaceLeaves",
+    "as_space_model",
     "block_cost_model",
     "choice_cost_model",
     "find_leaves",

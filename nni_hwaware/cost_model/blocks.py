@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from nni_hwaware.cost_model.model import CostFactor, SpaceCostModel
 from nni_hwaware.cost_table.predict import CostModel
 
-__all__ = ["block_cost_model"]
+__all__ = ["as_space_model", "block_cost_model"]
 
 
 def block_cost_model(model: CostModel) -> SpaceCostModel:
@@ -22,3 +24,15 @@ def block_cost_model(model: CostModel) -> SpaceCostModel:
                           chip=model.chip, backend=model.backend, batch_size=model.batch_size,
                           name=model.config.name, peak_flops=float(model.fixed["peak_flops"].iloc[0]),
                           threads=model.threads)
+
+
+def as_space_model(model: SpaceCostModel | CostModel, reference: Any = None) -> tuple[SpaceCostModel, dict[str, Any]]:
+    """``model`` as a :class:`SpaceCostModel` and its reference network as a sample.
+
+    ``reference`` is a sample, ``"largest"`` or a value every label takes; by default a
+    ResNet-skeleton :class:`CostModel`'s baseline, else ``"largest"``.
+    """
+    if isinstance(model, CostModel):
+        reference = model.config.baseline() if reference is None else reference
+        model = block_cost_model(model)
+    return model, model.reference("largest" if reference is None else reference)

@@ -307,13 +307,6 @@ class SpaceCostModel:
                                "({label: value}), 'largest' or a value every label has")
         return dict.fromkeys(self.labels, spec)
 
-    def cheapest(self, metric: str = "latency_ms") -> dict[str, Any]:
-        """A sample with a low ``metric``: greedy by the lower bound, label after label."""
-        prefix: list[int] = []
-        for _ in self.labels:
-            prefix.append(int(np.argmin(self.lower_bounds(prefix)[metric])))
-        return self.sample_of(prefix)
-
     # -- per-choice view ---------------------------------------------------------------
     def choice_table(self) -> pd.DataFrame:
         """One row per (label, value): the costs of the factors that involve the label.

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from nni_hwaware.cost_model import SpaceCostModel, block_cost_model
+from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.options import from_mapping
@@ -64,14 +64,13 @@ class BudgetMask:
     """Feasible values per label under a :class:`Budget`, from a cost model."""
 
     def __init__(self, model: SpaceCostModel | CostModel, budget: Budget) -> None:
-        if isinstance(model, CostModel):
-            model = block_cost_model(model)
-        self.model, self.budget = model, budget
+        model = self.model = as_space_model(model)[0]
+        self.budget = budget
         self.n_layers = len(model.labels)
         self.n_candidates = np.array([len(c) for c in model.candidates])
         #: Every factor depends on one label: the look-ahead is exact (see the module docstring).
-        self.separable = all(len(f.labels) == 1 for f in model.factors) and all(
-            len(model.factors_of[i]) <= 1 for i in range(self.n_layers))
+        #: (The model merges factors over the same labels: a label has at most one such factor.)
+        self.separable = all(len(f.labels) == 1 for f in model.factors)
         if self.separable:
             width = int(self.n_candidates.max())
             grids = {m: np.full((self.n_layers, width), np.inf) for m in ("latency_ms", "flops", "param_mb",
@@ -121,7 +120,16 @@ class BudgetMask:
         return spent, act
 
     def needs(self, prefix: Sequence[int]) -> dict[str, np.ndarray]:
-        """Least cost of a completion, per budgeted metric, for each value of the next label."""
+        """Least cost of a completion, per budgeted metric, for each value of the next label.
+
+        The last prefix's answer is kept: a decision asks for it twice (state and mask).
+        """
+        key = tuple(int(j) for j in prefix)
+        if getattr(self, "_needs_of", (None,))[0] != key:
+            self._needs_of = (key, self._needs(prefix))
+        return self._needs_of[1]
+
+    def _needs(self, prefix: Sequence[int]) -> dict[str, np.ndarray]:
         i = len(prefix)
         if not self.separable:
             bounds = self.model.lower_bounds(prefix)

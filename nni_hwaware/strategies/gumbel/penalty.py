@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nni_hwaware.cost_model import SpaceCostModel, block_cost_model
+from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.gumbel.config import PenaltyConfig
@@ -70,10 +70,7 @@ class HardwarePenalty(nn.Module):
                  layer_names: Mapping[str, Sequence[Any]] | None = None, *,
                  reference: Any = None) -> None:
         super().__init__()
-        if isinstance(cost_model, CostModel):
-            reference = cost_model.config.baseline() if reference is None else reference
-            cost_model = block_cost_model(cost_model)
-        reference = cost_model.reference("largest" if reference is None else reference)
+        cost_model, reference = as_space_model(cost_model, reference)
         self.config = config
         if layer_names is not None:
             differ = sorted(set(layer_names) ^ set(cost_model.labels))
@@ -91,7 +88,6 @@ class HardwarePenalty(nn.Module):
         self.model = cost_model
         self.labels = list(cost_model.labels)
         self.names = cost_model.choices()
-        self.width = max(len(n) for n in self.names.values())
         baseline = cost_model.predict(reference)
         base_mem = float(self.expected_costs(self._one_hot(reference))[1])
         #: What costs are divided by: the budget in budget mode, else the reference's cost (or 1).

@@ -35,7 +35,7 @@ from nni.nas.oneshot.pytorch.supermodule.differentiable import (
 from nni.nas.oneshot.pytorch.supermodule.operation import NATIVE_MIXED_OPERATIONS
 from torch import nn
 
-from nni_hwaware.cost_model import SpaceCostModel, block_cost_model
+from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.gumbel.config import (
@@ -97,12 +97,10 @@ class HardwareGumbelDARTS(GumbelDARTS):
         super().__init__(temperature=(self.temperature_config.init, self.temperature_config.min),
                          arc_learning_rate=arc_learning_rate, gradient_clip_val=gradient_clip_val,
                          warmup_epochs=0, penalty=None)
-        if isinstance(cost_model, CostModel):
-            reference = cost_model.config.baseline() if reference is None else reference
-            cost_model = block_cost_model(cost_model)
-        self.cost_model: SpaceCostModel = cost_model
+        self.cost_model: SpaceCostModel
         #: The reference network (a sample of the space).
-        self.reference = cost_model.reference("largest" if reference is None else reference)
+        self.reference: dict[str, Any]
+        self.cost_model, self.reference = as_space_model(cost_model, reference)
         self.masks: LabelMasks | None = None
         self.arc_weight_decay = arc_weight_decay
         self.arc_every = arc_every

@@ -129,11 +129,41 @@ class BudgetMask:
             self._needs_of = (key, self._needs(prefix))
         return self._needs_of[1]
 
+    def _bounds(self, prefix: Sequence[int]) -> dict[str, np.ndarray]:
+        """The cost model's lower bounds (:meth:`SpaceCostModel.lower_bounds`) of the budgeted metrics only.
+
+        Each factor contributes its minimum over its unchosen labels; only the metrics
+        a bound needs are reduced (memory: weights plus the largest activation).
+        """
+        model, i = self.model, len(prefix)
+        width = len(model.candidates[i]) if i < self.n_layers else 1
+        limits = self.budget.limits()
+        wanted = [m for m in ("latency_ms", "flops") if m in limits]
+        if "memory_mb" in limits:
+            wanted += ["param_mb", "activation_mb"]
+        sums = {m: np.full(width, model.fixed[m]) for m in wanted}
+        for factor, axes in zip(model.factors, model._axes, strict=True):
+            index: list[object] = []
+            keep = False
+            for a in axes:
+                index.append(prefix[a] if a < i else slice(None))
+                keep = keep or a == i
+            for m in wanted:
+                sub = factor.costs[m][tuple(index)]
+                if keep:  # a factor's labels are in space order: the next label's axis comes first
+                    sub = np.asarray(sub).reshape(width, -1).min(axis=1)
+                else:
+                    sub = np.full(width, np.min(sub))
+                sums[m] = np.maximum(sums[m], sub) if m == "activation_mb" else sums[m] + sub
+        out = {m: sums[m] for m in ("latency_ms", "flops") if m in limits}
+        if "memory_mb" in limits:
+            out["memory_mb"] = sums["param_mb"] + sums["activation_mb"]
+        return out
+
     def _needs(self, prefix: Sequence[int]) -> dict[str, np.ndarray]:
         i = len(prefix)
         if not self.separable:
-            bounds = self.model.lower_bounds(prefix)
-            return {m: bounds[m] for m in self.budget.limits()}
+            return self._bounds(prefix)
         n = self.n_candidates[i]
         rows, chosen = np.arange(i), np.asarray(prefix, dtype=int)
         out = {}
@@ -148,6 +178,40 @@ class BudgetMask:
                 spent = self.model.fixed[metric] + float(cost[rows, chosen].sum())
                 out[metric] = spent + cost[i, :n] + self._rest[metric][i + 1]
         return out
+
+    def needs_batch(self, prefixes: np.ndarray) -> dict[str, np.ndarray]:
+        """:meth:`needs` of ``B`` prefixes of one length at once: ``(B, W)`` arrays per budgeted metric.
+
+        ``W`` is the widest label's number of values; entries past the next label's values
+        are ``inf``. Latency and FLOPs of a separable model are vectorised
+        (``spent + c_{i,j} + sum_{k>i} min_j c_{k,j}``); other cases go prefix by prefix.
+        """
+        prefixes = np.asarray(prefixes, dtype=int).reshape(len(prefixes), -1)
+        batch, i = prefixes.shape
+        width = int(self.n_candidates.max())
+        limits = self.budget.limits()
+        if self.separable and "memory_mb" not in limits:
+            rows = np.arange(i)
+            out = {}
+            for metric in limits:
+                cost = self._additive[metric]
+                spent = self.model.fixed[metric] + cost[rows, prefixes].sum(axis=1)
+                out[metric] = spent[:, None] + cost[i][None, :] + self._rest[metric][i + 1]
+            return out
+        out = {m: np.full((batch, width), np.inf) for m in limits}
+        n = self.n_candidates[i]
+        for b, prefix in enumerate(prefixes):
+            for metric, need in self._needs(prefix).items():
+                out[metric][b, :n] = need
+        return out
+
+    def allowed_batch(self, needs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The boolean ``(B, W)`` mask of :meth:`needs_batch`'s answer (padding is never allowed)."""
+        mask: np.ndarray | None = None
+        for metric, need in needs.items():
+            ok = need <= self.budget.limits()[metric] * (1 + _EPS) + _EPS
+            mask = ok if mask is None else mask & ok
+        return mask if mask is not None else np.ones(0, dtype=bool)
 
     def allowed(self, prefix: Sequence[int]) -> np.ndarray:
         """Boolean mask over the next label's values given the choices ``prefix``."""

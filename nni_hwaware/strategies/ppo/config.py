@@ -24,11 +24,11 @@ class PPOConfig:
 
     seed: int = 0
     """Seeds the policy's initial weights and every sampled decision."""
-    update_every: int = 4
-    """Results (finished trials or reused duplicates) per policy update."""
-    epochs: int = 16
+    update_every: int = 1
+    """Results (finished trials) per policy update: 1 updates after every result."""
+    epochs: int = 8
     """Passes over each batch of episodes per update."""
-    lr: float = 0.03
+    lr: float = 0.01
     """Adam learning rate."""
     optimizer: str = "adam"
     """'adam' or 'sgd' (seed 000 step 5: stochastic gradient descent)."""
@@ -38,9 +38,9 @@ class PPOConfig:
     """c in L = L_actor + c * L_critic - beta * entropy."""
     entropy_coef: float = 0.02
     """beta at the start (seed 000 step 7: entropy keeps the search exploring)."""
-    entropy_coef_final: float = 0.002
+    entropy_coef_final: float = 0.005
     """beta after ``entropy_decay_updates`` updates (linear annealing)."""
-    entropy_decay_updates: int = 20
+    entropy_decay_updates: int = 100
     hidden: int = 64
     """Width of the actor-critic MLP."""
     reward: str = "accuracy"
@@ -50,15 +50,40 @@ class PPOConfig:
     mnas_w: float = -0.07
     failure_reward: float = 0.0
     """Reward of a trial that failed or reported NaN."""
+    reward_norm: str = "rank"
+    """What the policy and the surrogate learn from: 'rank' (normal scores of the rewards' ranks
+    among all results), 'zscore' (standardised rewards) or 'raw' (the rewards themselves)."""
+    replay_best: int = 4
+    """The best architectures so far replayed in every policy update (0: none)."""
+    cost_features: bool = True
+    """Each next value's least budget share in the state (False: only the budget left)."""
+    screen: int = 64
+    """Masked samples drawn per proposal and screened by the surrogate (1: propose the policy's draw)."""
+    explore: float = 0.25
+    """Share of the screened samples drawn uniformly over the feasible values instead of from the policy."""
+    surrogate: str = "gp"
+    """'gp' (a Gaussian process with a Hamming kernel; expected improvement picks the sample)
+    or 'none' (the policy's first fresh sample is proposed)."""
+    warmup: int = 4
+    """Results before the surrogate screens (the first proposals are the policy's draws)."""
     max_resample: int = 1000
-    """Draws per proposal before giving up when every draw is a known architecture."""
+    """Masked draws per proposal before giving up when every draw is tried or in flight."""
 
     def __post_init__(self) -> None:
         if self.reward not in REWARDS:
             raise HwAwareError(f"unknown reward {self.reward!r}; use one of {', '.join(REWARDS)}")
         if self.optimizer not in ("adam", "sgd"):
             raise HwAwareError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        for name in ("update_every", "epochs", "hidden", "max_resample"):
+        if self.reward_norm not in ("rank", "zscore", "raw"):
+            raise HwAwareError(f"reward_norm must be 'rank', 'zscore' or 'raw', got {self.reward_norm!r}")
+        if self.surrogate not in ("gp", "none"):
+            raise HwAwareError(f"surrogate must be 'gp' or 'none', got {self.surrogate!r}")
+        if not 0.0 <= self.explore <= 1.0:
+            raise HwAwareError(f"PPO option explore must be in [0, 1], got {self.explore}")
+        for name in ("replay_best", "warmup"):
+            if getattr(self, name) < 0:
+                raise HwAwareError(f"PPO option {name} must be >= 0, got {getattr(self, name)}")
+        for name in ("update_every", "epochs", "hidden", "max_resample", "screen"):
             if getattr(self, name) < 1:
                 raise HwAwareError(f"PPO option {name} must be >= 1, got {getattr(self, name)}")
         for name in ("lr", "clip"):

@@ -4,13 +4,22 @@ The core knows nothing of NNI: :meth:`PPOSearch.ask` proposes an architecture,
 :meth:`PPOSearch.tell` takes its result, in any order and with any number of
 architectures in flight. One architecture is one episode of ``L`` decisions
 (layer by layer); its reward arrives at the end, so every step's Monte Carlo
-return is that reward. Every ``update_every`` results the policy is updated
-by :meth:`PPOSearch.update` (PPO's clipped objective, several epochs).
+return is that reward. After every ``update_every`` results the policy is
+updated by :meth:`PPOSearch.update` (PPO's clipped objective plus the critic's
+squared error and an entropy bonus, several epochs), on the new episodes and
+replays of the best architectures so far, with rank-normalised rewards.
 
 Choices that would make every completion exceed the budget are masked
 (:class:`~nni_hwaware.strategies.budget.BudgetMask`), so no proposal is over
-budget. An architecture already evaluated is never proposed again: its known
-reward is reused as a free episode. A failed trial gets ``failure_reward``.
+budget. Each proposal draws ``screen`` masked samples at once (most from the
+policy, a share uniformly over the feasible values) and a surrogate (a Gaussian
+process over architectures, :class:`~nni_hwaware.strategies.ppo.policy.HammingGP`)
+picks the one of highest expected improvement among those neither tried nor in
+flight; in-flight architectures count as observed at their predicted value
+(the "kriging believer"), so concurrent proposals spread out. When no fresh
+sample turns up, the draws become uniform, and a feasible set small enough to
+list is searched directly: a proposal is refused only when every feasible
+architecture is tried or in flight. A failed trial gets ``failure_reward``.
 """
 
 from __future__ import annotations
@@ -31,14 +40,21 @@ from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling.chips import fixed_threads
 from nni_hwaware.strategies.budget import Budget, BudgetMask
 from nni_hwaware.strategies.ppo.config import REWARDS, PPOConfig
-from nni_hwaware.strategies.ppo.policy import ActorCritic
+from nni_hwaware.strategies.ppo.policy import (
+    ActorCritic,
+    HammingGP,
+    expected_improvement,
+    normal_scores,
+)
 
 __all__ = ["REWARDS", "PPOConfig", "PPOSearch", "reward_of"]
 
-#: Known architectures drawn in a row before a proposal explores uniformly.
-_UNIFORM_AFTER = 4
-#: Feasible sets up to this size are listed when the policy keeps repeating itself.
+#: Feasible sets up to this size are listed when the draws keep hitting known architectures.
 _ENUMERATE_LIMIT = 20_000
+#: The surrogate conditions on at most this many results (the best half and the newest half).
+_SURROGATE_LIMIT = 600
+#: Share of a budget a value's feature is capped at (infeasible values read as this).
+_FEATURE_CAP = 2.0
 
 
 def reward_of(metrics: Mapping[str, float], config: PPOConfig, budget: Budget) -> float:
@@ -70,24 +86,31 @@ class _History:
 
 
 class PPOSearch:
-    """Asynchronous PPO over layer-by-layer decisions; see the module docstring."""
+    """Asynchronous PPO over layer-by-layer decisions, screened by a surrogate; see the module docstring."""
 
     def __init__(self, model: SpaceCostModel | CostModel, budget: Budget | None = None,
                  config: PPOConfig | None = None) -> None:
         self.model, self.budget = model, budget or Budget()
         self.config = config or PPOConfig()
         self.mask = BudgetMask(model, self.budget)
-        self.labels = list(model.labels)
-        self.candidates = [list(c) for c in model.candidates]
+        self.limits = self.budget.limits()
+        self.labels = list(self.mask.model.labels)
+        self.candidates = [list(c) for c in self.mask.model.candidates]
         self.n_layers = len(self.labels)
         self.n_actions = max(map(len, self.candidates))
-        self.state_dim = self.n_layers * self.n_actions + self.n_layers + len(self.budget.limits())
+        self.valid = np.zeros((self.n_layers, self.n_actions), dtype=bool)
+        for i, values in enumerate(self.candidates):
+            self.valid[i, : len(values)] = True
+        n_features = self.n_actions * len(self.limits) if self.config.cost_features else 0
+        self.state_dim = self.n_layers * (self.n_actions + 1) + len(self.limits) + n_features
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.config.seed)
             self.policy = ActorCritic(self.state_dim, self.n_actions, self.config.hidden)
         self.optimizer = (torch.optim.Adam if self.config.optimizer == "adam" else torch.optim.SGD)(
             self.policy.parameters(), lr=self.config.lr)
         self.generator = torch.Generator().manual_seed(self.config.seed)
+        self.surrogate = HammingGP(self.n_layers)
+        self._gp_targets = np.zeros(0)
         self.pending: dict[tuple[int, ...], _Episode] = {}
         self.finished: list[_Episode] = []
         self.history = _History()
@@ -97,20 +120,32 @@ class PPOSearch:
         self.last_stats: dict[str, float] = {}
 
     # -- encoding -----------------------------------------------------------------
+    def _states(self, prefixes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """States and masks of ``B`` prefixes of one length ``i < L`` (see :mod:`.policy`)."""
+        batch, i = prefixes.shape
+        n, a = self.n_layers, self.n_actions
+        states = np.zeros((batch, self.state_dim), dtype=np.float32)
+        if i:
+            states[np.arange(batch)[:, None], np.arange(i) * a + prefixes] = 1.0
+        states[:, n * a + i] = 1.0
+        masks = np.broadcast_to(self.valid[i], (batch, a)).copy()
+        if self.limits:
+            needs = self.mask.needs_batch(prefixes)
+            masks &= self.mask.allowed_batch(needs)
+            base = n * (a + 1)
+            for k, (metric, limit) in enumerate(self.limits.items()):
+                share = needs[metric] / limit
+                states[:, base + k] = 1.0 - np.min(share, axis=1)  # budget left after the cheapest completion
+                if self.config.cost_features:
+                    start = base + len(self.limits) + k * a
+                    states[:, start:start + a] = np.minimum(share, _FEATURE_CAP)
+        return states, masks
+
     def _state(self, prefix: list[int]) -> np.ndarray:
-        state = np.zeros(self.state_dim, dtype=np.float32)
-        for i, j in enumerate(prefix):
-            state[i * self.n_actions + j] = 1.0
-        if len(prefix) < self.n_layers:
-            state[self.n_layers * self.n_actions + len(prefix)] = 1.0
-            if self.budget.limits():
-                state[self.n_layers * (self.n_actions + 1):] = self.mask.budget_left(prefix)
-        return state
+        return self._states(np.asarray([prefix], dtype=int).reshape(1, -1))[0][0]
 
     def _mask(self, prefix: list[int]) -> np.ndarray:
-        mask = np.zeros(self.n_actions, dtype=bool)
-        mask[: len(self.candidates[len(prefix)])] = self.mask.allowed(prefix)
-        return mask
+        return self._states(np.asarray([prefix], dtype=int).reshape(1, -1))[1][0]
 
     def arch_of(self, actions: tuple[int, ...] | list[int]) -> dict[str, str]:
         return {label: names[j] for label, names, j in zip(self.labels, self.candidates, actions, strict=True)}
@@ -121,20 +156,29 @@ class PPOSearch:
 
     # -- proposing ----------------------------------------------------------------
     @torch.no_grad()
-    def _sample(self, uniform: bool = False) -> _Episode:
-        """Draw one architecture from the policy (or uniformly over feasible choices)."""
-        prefix: list[int] = []
+    def _sample(self, size: int, uniform: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``size`` masked draws, the last ``uniform`` of them uniform over the feasible values.
+
+        Returns actions (B, L), states (B, L, D), masks (B, L, A), the policy's log-probabilities
+        (B, L) and which draws are complete (a lower bound can leave a prefix without a value).
+        """
+        prefixes = np.zeros((size, 0), dtype=int)
         states, masks, logps = [], [], []
+        alive = np.ones(size, dtype=bool)
+        uniform_rows = torch.arange(size) >= size - uniform
         for _ in range(self.n_layers):
-            state, mask = self._state(prefix), self._mask(prefix)
-            dist, _ = self.policy(torch.from_numpy(state)[None], torch.from_numpy(mask)[None])
-            weights = torch.from_numpy(mask.astype(np.float32)) if uniform else dist.probs[0]
-            action = int(torch.multinomial(weights, 1, generator=self.generator))
+            state, mask = self._states(prefixes)
+            dead = ~mask.any(axis=1)
+            alive &= ~dead
+            mask[dead, 0] = True  # keeps the row drawable; the draw is dropped
+            dist, _ = self.policy(torch.from_numpy(state), torch.from_numpy(mask))
+            weights = torch.where(uniform_rows[:, None], torch.from_numpy(mask).float(), dist.probs)
+            action = torch.multinomial(weights, 1, generator=self.generator)[:, 0]
             states.append(state)
             masks.append(mask)
-            logps.append(float(dist.log_prob(torch.tensor([action]))[0]))
-            prefix.append(action)
-        return _Episode(prefix, np.stack(states), np.stack(masks), np.array(logps, dtype=np.float32))
+            logps.append(dist.log_prob(action).numpy())
+            prefixes = np.concatenate([prefixes, action.numpy()[:, None]], axis=1)
+        return (prefixes, np.stack(states, 1), np.stack(masks, 1), np.stack(logps, 1).astype(np.float32), alive)
 
     def ask(self) -> dict[str, str] | None:
         """The next architecture to train, or None when every feasible one is known or in flight."""
@@ -144,38 +188,63 @@ class PPOSearch:
 
     def _ask(self) -> dict[str, str] | None:
         start = time.perf_counter()
-        known = 0
         try:
-            for _ in range(self.config.max_resample):
-                if known >= _UNIFORM_AFTER and self._feasible_left() is not None:
-                    # The policy keeps drawing known architectures and the feasible set is
-                    # small enough to list: propose an untried one uniformly, or stop.
-                    left = self._feasible_left()
-                    if not left:
-                        return None
-                    key = left[int(torch.randint(len(left), (1,), generator=self.generator))]
-                    self.pending[key] = self._replay(key)
-                    return self.arch_of(key)
-                # A policy that keeps drawing known architectures has converged on them:
-                # explore uniformly over the feasible choices instead.
-                episode = self._sample(uniform=known >= _UNIFORM_AFTER)
-                key = tuple(episode.actions)
-                if not self.mask.within(key):
-                    continue  # several bounds: the per-metric lookahead let an overrun through
-                if key in self.history.rewards:
-                    known += 1
-                    if known <= _UNIFORM_AFTER and all(e.actions != episode.actions for e in self.finished):
-                        episode.reward = self.history.rewards[key]  # known: a free episode
-                        self._finish(episode)
-                    continue
-                if key in self.pending:
-                    continue
-                self.pending[key] = episode
-                return self.arch_of(key)
-            return None
+            key = self._propose()
+            return None if key is None else self.arch_of(key)
         finally:
             self.decision_seconds += time.perf_counter() - start
             self.decisions += 1
+
+    def _screening(self) -> bool:
+        c = self.config
+        return c.surrogate == "gp" and c.screen > 1 and len(self.history.order) >= max(2, c.warmup)
+
+    def _propose(self) -> tuple[int, ...] | None:
+        c = self.config
+        drawn, rounds = 0, 0
+        while drawn < c.max_resample:
+            uniform = round(c.screen * c.explore) if rounds == 0 else c.screen
+            actions, states, masks, logps, alive = self._sample(c.screen, uniform)
+            drawn += c.screen
+            fresh: dict[tuple[int, ...], int] = {}
+            for row in np.flatnonzero(alive):
+                key = tuple(int(j) for j in actions[row])
+                if key in fresh or key in self.history.rewards or key in self.pending:
+                    continue
+                if (len(self.limits) > 1 or not self.mask.separable) and not self.mask.within(key):
+                    continue  # lower bounds or several bounds: the look-ahead let an overrun through
+                fresh[key] = int(row)
+            if fresh:
+                keys = list(fresh)
+                if self._screening():
+                    best = int(np.argmax(self._acquisition(np.asarray(keys))))
+                else:  # the policy's first fresh draw (a uniform one if the policy drew none)
+                    best = 0
+                row = fresh[keys[best]]
+                self.pending[keys[best]] = _Episode(list(keys[best]), states[row], masks[row], logps[row])
+                return keys[best]
+            rounds += 1
+            if rounds >= 2 and (left := self._feasible_left()) is not None:
+                # The feasible set is small enough to list: propose an untried one uniformly, or stop.
+                if not left:
+                    return None
+                key = left[int(torch.randint(len(left), (1,), generator=self.generator))]
+                self.pending[key] = self._replay(key)
+                return key
+        return None
+
+    def _acquisition(self, keys: np.ndarray) -> np.ndarray:
+        """Expected improvement of each candidate under the surrogate, in-flight ones believed."""
+        gp = self.surrogate
+        if self.pending:
+            seen = list(gp.x)
+            inflight = np.asarray(list(self.pending), dtype=np.int64)
+            believed, _ = gp.predict(inflight)
+            gp = copy.copy(gp)
+            gp.condition(np.concatenate([np.asarray(seen, dtype=np.int64).reshape(-1, self.n_layers), inflight]),
+                         np.concatenate([self._gp_targets, believed]))
+        mean, std = gp.predict(keys)
+        return expected_improvement(mean, std, float(np.max(self._gp_targets)))
 
     def _feasible_left(self) -> list[tuple[int, ...]] | None:
         """Feasible architectures neither tried nor in flight (None: too many to list)."""
@@ -205,20 +274,55 @@ class PPOSearch:
         if key not in self.history.rewards:
             self.history.order.append(key)
         self.history.rewards[key] = reward
+        self._fit_surrogate()
         self._finish(episode)
         return reward
 
+    def _scores(self) -> dict[tuple[int, ...], float]:
+        """What each result teaches (``reward_norm``): normal scores of ranks, z-scores or rewards."""
+        keys = self.history.order
+        rewards = np.asarray([self.history.rewards[k] for k in keys], dtype=float)
+        norm = self.config.reward_norm
+        if norm == "rank":
+            scores = normal_scores(rewards)
+        elif norm == "zscore":
+            scores = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
+        else:
+            scores = rewards
+        return dict(zip(keys, map(float, scores), strict=True))
+
+    def _fit_surrogate(self) -> None:
+        """Condition the surrogate on the results (standardised; ranks with ``reward_norm='rank'``)."""
+        if self.config.surrogate != "gp" or len(self.history.order) < 2:
+            self._gp_targets = np.zeros(0)
+            return
+        keys = self.history.order
+        if len(keys) > _SURROGATE_LIMIT:
+            best = sorted(keys, key=lambda k: -self.history.rewards[k])[: _SURROGATE_LIMIT // 2]
+            keys = list(dict.fromkeys([*best, *keys[-(_SURROGATE_LIMIT - len(best)):]]))
+        rewards = np.asarray([self.history.rewards[k] for k in keys], dtype=float)
+        if self.config.reward_norm == "rank":
+            targets = normal_scores(rewards)
+        else:
+            targets = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
+        self._gp_targets = targets
+        x = np.asarray(keys, dtype=np.int64)
+        if len(keys) <= 200 or len(keys) % 25 == 0:
+            self.surrogate.fit(x, targets)  # length scale and noise by marginal likelihood
+        else:
+            self.surrogate.condition(x, targets)
+
     @torch.no_grad()
     def _replay(self, key: tuple[int, ...]) -> _Episode:
-        states, masks, logps, prefix = [], [], [], []
-        for action in key:
-            state, mask = self._state(prefix), self._mask(prefix)
-            mask[action] = True
-            dist, _ = self.policy(torch.from_numpy(state)[None], torch.from_numpy(mask)[None])
-            states.append(state)
-            masks.append(mask)
+        prefix = np.asarray([key], dtype=int)
+        states, masks, logps = [], [], []
+        for i, action in enumerate(key):
+            state, mask = self._states(prefix[:, :i])
+            mask[0, action] = True
+            dist, _ = self.policy(torch.from_numpy(state), torch.from_numpy(mask))
+            states.append(state[0])
+            masks.append(mask[0])
             logps.append(float(dist.log_prob(torch.tensor([action]))[0]))
-            prefix.append(action)
         return _Episode(list(key), np.stack(states), np.stack(masks), np.array(logps, dtype=np.float32))
 
     def _finish(self, episode: _Episode) -> None:
@@ -242,19 +346,30 @@ class PPOSearch:
                 + c\,\mathbb{E}\big[(V(s_t) - R_t)^2\big] - \beta\,\mathbb{E}[H(\pi(\cdot|s_t))]
 
         with :math:`\rho_t = \pi_\theta(a_t|s_t) / \pi_{old}(a_t|s_t)`, the Monte Carlo
-        return :math:`R_t` = the episode's reward (it arrives at the end, undiscounted),
-        and the advantage :math:`A_t = R_t - V(s_t)` (the critic as baseline, values
-        taken before the update), normalised over the batch.
+        return :math:`R_t` = the episode's reward (it arrives at the end, undiscounted)
+        normalised over all results so far (``reward_norm``: the normal score
+        :math:`\Phi^{-1}((\mathrm{rank}+1/2)/n)` by default), and the advantage
+        :math:`A_t = R_t - V(s_t)` (the critic as baseline, values taken before the
+        update; normalised over the batch only with raw rewards). The batch also
+        replays the ``replay_best`` best architectures so far.
         """
-        states = torch.from_numpy(np.concatenate([e.states for e in episodes]))
-        masks = torch.from_numpy(np.concatenate([e.masks for e in episodes]))
-        actions = torch.tensor([a for e in episodes for a in e.actions])
-        old_logp = torch.from_numpy(np.concatenate([e.logps for e in episodes]))
-        returns = torch.tensor([e.reward for e in episodes for _ in e.actions], dtype=torch.float32)
+        scores = self._scores()
+        batch = list(episodes)
+        if self.config.replay_best:
+            inside = {tuple(e.actions) for e in batch}
+            ranked = sorted(self.history.order, key=lambda k: -self.history.rewards[k])
+            for key in [k for k in ranked if k not in inside][: self.config.replay_best]:
+                batch.append(self._replay(key))
+        states = torch.from_numpy(np.concatenate([e.states for e in batch]))
+        masks = torch.from_numpy(np.concatenate([e.masks for e in batch]))
+        actions = torch.tensor([a for e in batch for a in e.actions])
+        old_logp = torch.from_numpy(np.concatenate([e.logps for e in batch]))
+        returns = torch.tensor([scores.get(tuple(e.actions), e.reward or 0.0) for e in batch for _ in e.actions],
+                               dtype=torch.float32)
         with torch.no_grad():
             _, values = self.policy(states, masks)
         advantages = returns - values
-        if len(advantages) > 1 and advantages.std() > 1e-8:
+        if self.config.reward_norm == "raw" and len(advantages) > 1 and advantages.std() > 1e-8:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         beta = self.entropy_coef()
         for _ in range(self.config.epochs):
@@ -327,5 +442,6 @@ class PPOSearch:
             episode.reward = reward
             self.finished.append(episode)
         self.updates = int(state["updates"])
+        self._fit_surrogate()
         self.decisions = int(state.get("decisions", 0))
         self.decision_seconds = float(state.get("decision_seconds", 0.0))

@@ -1,12 +1,10 @@
-"""PPO search: budget masking, determinism, duplicates, failures, resume, NNI adapters."""
+"""PPO search core: budget masking, determinism, duplicates, failures, resume (the NNI tuner: test_ppo_tuner.py)."""
 
 from __future__ import annotations
 
 import itertools
-import json
 import math
 
-import nni
 import pytest
 import torch
 from handmade import tiny_config, tiny_table
@@ -16,7 +14,6 @@ from nni_hwaware.errors import HwAwareError
 from nni_hwaware.spaces import SpaceConfig, StageConfig
 from nni_hwaware.strategies.budget import Budget, BudgetMask
 from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
-from nni_hwaware.strategies.ppo.tuner import PPOClassArgsValidator, PPOTuner, resolve_budget
 
 # Latency of every architecture of the hand-made table (fixed parts 0.75 ms):
 #   layer1_0: skip 0.1, basic 2.0, bottleneck 1.0;  layer2_0: skip 0.2, basic 4.0, bottleneck 1.0
@@ -148,159 +145,3 @@ def test_rewards(model: CostModel, reward: str, metrics: dict, expected: float) 
     search = PPOSearch(model, Budget(latency_ms=100.0), PPOConfig(reward=reward, mnas_target_ms=1.0))
     arch = search.ask()
     assert search.tell(arch, metrics) == pytest.approx(expected)
-
-
-def _tuner(tmp_path, **kwargs) -> PPOTuner:
-    table = tmp_path / "t.csv"
-    tiny_table().save(table)
-    space = tmp_path / "space.json"
-    space.write_text(tiny_config().to_json())
-    tuner = PPOTuner(str(space), str(table), **kwargs)
-    tuner.update_search_space({"layer1_0": {"_type": "choice", "_value": ["skip", "basic", "bottleneck"]},
-                               "layer2_0": {"_type": "choice", "_value": ["skip", "bottleneck"]}})
-    return tuner
-
-
-def test_tuner_restricts_to_the_search_space_and_trusts_the_echoed_arch(tmp_path) -> None:
-    tuner = _tuner(tmp_path, budget={"latency_ms": "100%"}, ppo={"seed": 1})
-    # baseline (bottleneck, bottleneck) predicts 2.75 ms
-    assert tuner.search.budget.latency_ms == pytest.approx(2.75)
-    generated = [tuner.generate_parameters(i) for i in range(4)]
-    assert all(p["_table"] == str(tmp_path / "t.csv") for p in generated)
-    params = [{k: v for k, v in p.items() if not k.startswith("_")} for p in generated]
-    assert all(p["layer2_0"] != "basic" and latency(p) <= 2.75 for p in params)
-    # NNI paired trial 0's parameters with trial 1's metric: the echoed arch wins.
-    tuner.receive_trial_result(0, params[0], {"default": 0.7, "arch": json.dumps(params[1])})
-    key = tuner.search.actions_of(params[1])
-    assert tuner.search.history.rewards[key] == 0.7
-    tuner.receive_trial_result(2, params[2], {"latency_ms": 1.0})  # no default: failed
-    assert tuner.search.history.rewards[tuner.search.actions_of(params[2])] == 0.0
-    tuner.trial_end(3, False)  # NNI's end ids can be another trial's (nni#5726): not settled yet
-    assert tuner.search.actions_of(params[3]) in tuner.search.pending
-    for i, success in ((0, True), (1, False), (2, True)):
-        tuner.trial_end(i, success)
-    assert tuner.search.history.rewards[tuner.search.actions_of(params[3])] == 0.0  # all ended: certain
-    assert tuner.search.history.rewards[key] == 0.7  # its result came under id 0
-
-
-def test_tuner_raises_no_more_trial_when_exhausted(tmp_path) -> None:
-    tuner = _tuner(tmp_path, budget={"latency_ms": 1.05})
-    arch = tuner.generate_parameters(0)
-    tuner.receive_trial_result(0, arch, {"default": 0.5})
-    with pytest.raises(nni.NoMoreTrialError):
-        tuner.generate_parameters(1)
-
-
-def test_tuner_resumes_from_its_state_file(tmp_path) -> None:
-    state = tmp_path / "ppo_state.pt"
-    tuner = _tuner(tmp_path, ppo={"seed": 2}, state_file=str(state))
-    done = []
-    for i in range(3):
-        arch = tuner.generate_parameters(i)
-        tuner.receive_trial_result(i, arch, {"default": 0.1 * i})
-        done.append(arch)
-    resumed = _tuner(tmp_path, ppo={"seed": 2}, state_file=str(state))
-    assert len(resumed.search.history.order) == 3
-    new = [resumed.generate_parameters(10 + i) for i in range(3)]
-    assert not any(a in done for a in new) and len(new) == 3
-
-
-def test_tuner_import_data_counts_earlier_trials(tmp_path) -> None:
-    tuner = _tuner(tmp_path)
-    tuner.import_data([{"parameter": {"layer1_0": "skip", "layer2_0": "skip"}, "value": {"default": 0.4}},
-                       {"parameter": {"layer1_0": "basic", "layer2_0": "skip"}, "value": 0.6}])
-    assert sorted(tuner.search.history.rewards.values()) == [0.4, 0.6]
-
-
-@pytest.mark.parametrize(
-    ("space", "message"),
-    [({"layer1_0": {"_type": "uniform", "_value": [0, 1]}}, "only 'choice'"),
-     ({"conv9": {"_type": "choice", "_value": ["skip"]}}, "not a label"),
-     ({"layer1_0": {"_type": "choice", "_value": ["skip"]}}, "lacks labels")],
-)
-def test_tuner_rejects_bad_search_spaces(tmp_path, space: dict, message: str) -> None:
-    table = tmp_path / "t.csv"
-    tiny_table().save(table)
-    path = tmp_path / "space.json"
-    path.write_text(tiny_config().to_json())
-    with pytest.raises(HwAwareError, match=message):
-        PPOTuner(str(path), str(table)).update_search_space(space)
-
-
-def test_class_args_validator_uses_the_signature(tmp_path) -> None:
-    validator = PPOClassArgsValidator()
-    validator.validate_class_args(space="digits", budget={"latency_ms": "50%"}, ppo={"seed": 1})
-    with pytest.raises(ValueError, match="unknown PPOTuner classArgs \\['budjet'\\]"):
-        validator.validate_class_args(space="digits", budjet={})
-    with pytest.raises(HwAwareError, match="unknown PPO options \\['sed'\\]"):
-        validator.validate_class_args(space="digits", ppo={"sed": 1})
-
-
-def test_resolve_budget_rejects_garbage(model: CostModel) -> None:
-    baseline = model.predict(tiny_config().baseline()).metrics()
-    assert resolve_budget({"latency_ms": "50%", "flops": 10}, baseline) == Budget(latency_ms=1.375, flops=10)
-    with pytest.raises(HwAwareError, match="not a percentage"):
-        resolve_budget({"latency_ms": "fast%"}, baseline)
-    with pytest.raises(HwAwareError, match="unknown budget key"):
-        resolve_budget({"energy": 1}, baseline)
-
-
-def test_tuner_resume_keeps_in_flight_architectures_and_the_retraining_flag(tmp_path) -> None:
-    state = tmp_path / "ppo_state.pt"
-    tuner = _tuner(tmp_path, ppo={"seed": 3}, state_file=str(state), search_trials=4, retrain={"epochs": 1})
-    sent = [tuner.generate_parameters(i) for i in range(3)]
-    arch = lambda p: {k: v for k, v in p.items() if not k.startswith("_")}  # noqa: E731
-    tuner.receive_trial_result(0, sent[0], {"default": 0.5, "arch": json.dumps(arch(sent[0]))})
-    # killed here: sent[1] and sent[2] were running; NNI reruns them after the resume
-    resumed = _tuner(tmp_path, ppo={"seed": 3}, state_file=str(state), search_trials=4, retrain={"epochs": 1})
-    search = resumed.search
-    assert list(search.history.rewards.values()) == [0.5]
-    assert {search.actions_of(arch(p)) for p in sent[1:]} == set(search.pending)
-    fourth = resumed.generate_parameters(0)  # parameter ids restart at 0 after a resume
-    assert arch(fourth) not in [arch(p) for p in sent]
-    final = resumed.generate_parameters(1)
-    assert final["_retrain"] and final["_expected"] == 2  # the reruns are not waited for
-    # the rerun of sent[1] comes back through import_data (NNI's path for resumed trials)
-    resumed.import_data([{"parameter": sent[1], "value": {"default": 0.7, "arch": json.dumps(arch(sent[1]))}}])
-    assert search.history.rewards[search.actions_of(arch(sent[1]))] == 0.7
-    again = _tuner(tmp_path, ppo={"seed": 3}, state_file=str(state), search_trials=4, retrain={"epochs": 1})
-    assert again._retrain_sent and len(again._results) == 2
-
-
-def test_tuner_records_failed_trials_for_the_report(tmp_path, monkeypatch) -> None:
-    root = tmp_path / "experiments"
-    monkeypatch.setenv("NNI_LOG_DIRECTORY", str(root / "EXP1" / "log"))
-    tuner = _tuner(tmp_path, ppo={"seed": 0}, search_trials=3, retrain={"epochs": 1})
-    assert tuner.state_file == str(root / "EXP1" / "hwaware" / "ppo_state.pt")
-    params = [tuner.generate_parameters(i) for i in range(3)]
-    tuner.trial_end(0, False)  # crashed or killed: no result
-    tuner.receive_trial_result(1, params[1], {"default": float("nan")})
-    tuner.trial_end(1, False)
-    tuner.receive_trial_result(2, params[2], {"default": 0.9})
-    tuner.trial_end(2, True)
-    trials = json.loads((root / "EXP1" / "hwaware" / "trials.json").read_text())
-    assert [t.get("status") for t in trials] == ["failed", None, "failed"]  # trial 0 settled last
-    assert [trials[0]["reward"], trials[2]["reward"]] == [0.0, 0.0]
-    stats = json.loads((root / "EXP1" / "hwaware" / "tuner_stats.json").read_text())
-    assert stats["results"] == 3 and stats["failed"] == 2 and stats["decisions"] == 3
-    final = tuner.generate_parameters(3)
-    assert final["_retrain"] and final["_expected"] == 3  # the retraining trial waits for no one
-
-
-@pytest.mark.parametrize("state_file", ["../elsewhere/state.pt", "/tmp/state.pt"])
-def test_tuner_writes_only_inside_the_experiment_directory(tmp_path, monkeypatch, state_file: str) -> None:
-    monkeypatch.setenv("NNI_LOG_DIRECTORY", str(tmp_path / "experiments" / "EXP1" / "log"))
-    with pytest.raises(HwAwareError, match="outside the experiment working directory"):
-        PPOTuner("digits_tiny", "table.csv", state_file=state_file)
-    with pytest.raises(HwAwareError, match=r"cost table .* is outside the experiment working directory"):
-        PPOTuner("digits_tiny", "../../table.csv")  # missing: the tuner would profile and write it
-
-
-def test_tuner_import_data_skips_foreign_and_retraining_records(tmp_path) -> None:
-    tuner = _tuner(tmp_path)
-    tuner.import_data([{"parameter": {"_retrain": True}, "value": {"default": 0.9}},
-                       {"parameter": {"layer1_0": "conv9", "layer2_0": "skip"}, "value": 0.3},
-                       {"value": 0.3},
-                       {"parameter": {"layer1_0": "skip", "layer2_0": "skip"}, "value": {"default": 0.4}}])
-    assert list(tuner.search.history.rewards.values()) == [0.4]
-    assert tuner._retrain_sent

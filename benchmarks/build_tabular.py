@@ -22,7 +22,7 @@ from nni_hwaware.cost_model import load_or_profile, space_model
 from nni_hwaware.files import write_atomically
 from nni_hwaware.spaces import get_space_config
 from nni_hwaware.spaces.resolve import resolve_space
-from nni_hwaware.trial.train import TrainConfig, train_architecture
+from nni_hwaware.training.train import TrainConfig, train_architecture
 
 DATA = Path(__file__).parent / "data"
 SPACE = "digits_tiny"

@@ -32,11 +32,11 @@ import torch
 
 from nni_hwaware.cost_model import load_or_profile, space_model
 from nni_hwaware.profiling import BYTES_PER_MB, measure_module
-from nni_hwaware.report.compare import interleaved_latency
+from nni_hwaware.profiling.interleaved import interleaved_latency
 from nni_hwaware.spaces.resolve import resolve_space
 from nni_hwaware.strategies.gumbel import GumbelSearchConfig, HardwareGumbelDARTS
 from nni_hwaware.strategies.gumbel.search import gumbel_evaluator
-from nni_hwaware.trial.train import TrainConfig, train_architecture
+from nni_hwaware.training.train import TrainConfig, train_architecture
 
 
 def _search(strategy: Any, named: Any, config: GumbelSearchConfig, epochs: int, out: Path) -> float:

@@ -407,7 +407,7 @@ def _cmd_retrain(args: argparse.Namespace) -> int:
     from nni_hwaware.files import read_json
     from nni_hwaware.report import evaluate_architecture
     from nni_hwaware.spaces.io import load_architecture
-    from nni_hwaware.trial.train import TrainConfig
+    from nni_hwaware.training import TrainConfig
 
     if args.space is None:
         import json

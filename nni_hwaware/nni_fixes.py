@@ -53,6 +53,13 @@ ways. Each fix here has a test in ``tests/test_nni_fixes.py`` that fails without
     on torchvision's blocks (``Sigmoid``, ``SiLU``, ``Hardswish``, ... have no
     formula). :func:`register_shape_formulas` adds these formulas, and lets a module
     without one whose inputs have fixed shapes take its output shape from the dry run.
+11. A tuner cannot stop an experiment with an error of its own: NNI's Tuner API has
+    no call for it, an exception in a tuner method only ends the dispatcher's worker
+    (the manager then waits, or later says "tuner may have crashed"), and a search
+    whose trials all fail ends as DONE. :func:`report_experiment_error` sends NNI's
+    own error command (``ER``, ``MsgDispatcherBase.report_error``) through the
+    dispatcher that handed the tuner its trial callback: the manager logs the reason
+    ("Dispatcher error: ...") and sets the experiment's status to ERROR.
 """
 
 from __future__ import annotations
@@ -75,6 +82,7 @@ __all__ = [
     "next_parameters",
     "outer_trial_reporter",
     "register_shape_formulas",
+    "report_experiment_error",
     "supervise_trial",
 ]
 
@@ -360,3 +368,20 @@ def _fall_back_to_dry_run() -> None:
             return tree_map(assign, outputs)
 
     shape_module._module_shape_inference_impl = infer
+
+
+# -- 11. a tuner that stops the experiment with an error ------------------------------
+
+
+def report_experiment_error(trial_callback: Any, message: str) -> bool:
+    """Stop the experiment with ``message`` as its error (status ERROR); False when not run by NNI.
+
+    ``trial_callback`` is the ``st_callback`` NNI's dispatcher passes to
+    ``generate_multiple_parameters`` (a bound method of the dispatcher).
+    """
+    dispatcher = getattr(trial_callback, "__self__", None)
+    report = getattr(dispatcher, "report_error", None)
+    if report is None:
+        return False
+    report(message)
+    return True

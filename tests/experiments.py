@@ -58,7 +58,7 @@ def gumbel_trial_template(tmp_path: Path, name: str, alpha: float) -> dict[str, 
     return {
         "experimentName": name,
         "searchSpace": {"alpha": {"_type": "choice", "_value": [alpha]}},
-        "trialCommand": f"{shlex.quote(sys.executable)} -m nni_hwaware.trial.gumbel_trial --config gumbel.yml",
+        "trialCommand": f"{shlex.quote(sys.executable)} -m nni_hwaware.strategies.gumbel.trial --config gumbel.yml",
         "trialCodeDirectory": str(tmp_path),
         "trialConcurrency": 1,
         "maxTrialNumber": 1,

@@ -104,7 +104,7 @@ def test_ppo_and_gumbel_through_nas_experiment_on_any_space(spec: str, tables: d
     experiment.config.max_trial_number = 2
     experiment.config.experiment_working_directory = str(tmp_path / "ppo")
     experiment.run()
-    results = strategy.tuner._results
+    results = strategy.tuner.records.results
     experiment.stop()
     assert len(results) == 2 and all(0.0 <= r["default"] <= 1.0 for r in results)
     _latency_ok(spec, tables[spec], [r["arch"] for r in results], 0.8)
@@ -172,7 +172,7 @@ def test_ppo_strategy_takes_a_model_space_object(tmp_path: Path) -> None:
     experiment.config.max_trial_number = 2
     experiment.config.experiment_working_directory = str(tmp_path / "exp")
     experiment.run()
-    results = strategy.tuner._results
+    results = strategy.tuner.records.results
     experiment.stop()
     assert len(results) == 2 and all(set(r["arch"]) == {"width", "op", "depth"} for r in results)
     model = space_model(named, __import__("nni_hwaware.cost_table", fromlist=["CostTable"]).CostTable.load(table))

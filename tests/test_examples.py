@@ -94,7 +94,7 @@ def test_cifar_gumbel_configs_load(name: str) -> None:
         assert config.space == "cifar10_resnet50" and config.stages.split == 8
     else:
         config = yaml.safe_load(path.read_text())
-        assert config["trialCommand"] == "python -m nni_hwaware.trial.gumbel_trial --config gumbel.yml"
+        assert config["trialCommand"] == "python -m nni_hwaware.strategies.gumbel.trial --config gumbel.yml"
 
 
 @pytest.mark.parametrize(

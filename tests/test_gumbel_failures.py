@@ -186,7 +186,7 @@ def test_a_diverging_one_trial_experiment_fails_its_trial_with_the_line_and_ends
         (stderr,) = exp.experiment_dir.glob(f"environments/*/trials/{job['trialJobId']}/trial.stderr")
         lines = [line for line in stderr.read_text().splitlines() if "error:" in line]
         assert len(lines) == 1, stderr.read_text()
-        assert lines[0].startswith("nni_hwaware.trial.gumbel_trial: error: the search diverged at stage all "
+        assert lines[0].startswith("nni_hwaware.strategies.gumbel.trial: error: the search diverged at stage all "
                                    "epoch 0 (step "), lines[0]
         _parse(lines[0])
         assert not list(exp.experiment_dir.rglob("arch.json"))

@@ -1,6 +1,6 @@
 """The Gumbel search as a one-trial ``nnictl`` experiment: per-epoch results reach the manager.
 
-A GridSearch tuner hands ``alpha`` to ``python -m nni_hwaware.trial.gumbel_trial`` on the
+A GridSearch tuner hands ``alpha`` to ``python -m nni_hwaware.strategies.gumbel.trial`` on the
 hand-made two-layer space; the test reads the manager's REST API: one intermediate result
 per search epoch (stage, expected latency and memory, validation accuracy) and the final
 dict (measured costs, ratios to the baseline, the architecture). About 60 s.
@@ -25,7 +25,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits" / "gumbel_
 
 def test_example_experiment_config_runs_the_gumbel_trial() -> None:
     config = yaml.safe_load(EXAMPLE.read_text())
-    assert config["trialCommand"].startswith("python -m nni_hwaware.trial.gumbel_trial --config gumbel.yml")
+    assert config["trialCommand"].startswith("python -m nni_hwaware.strategies.gumbel.trial --config gumbel.yml")
     assert (EXAMPLE.parent / "gumbel.yml").is_file()
     assert config["maxTrialNumber"] == 1 and config["searchSpace"]["alpha"]["_type"] == "choice"
 

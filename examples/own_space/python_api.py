@@ -36,7 +36,7 @@ def main() -> None:
                                strategy, NasExperimentConfig("sequential", "raw"))
     experiment.config.max_trial_number = 2 if args.quick else 12
     experiment.run()
-    print("PPO, best:", max(strategy.tuner._results, key=lambda r: r["default"]))
+    print("PPO, best:", max(strategy.tuner.records.results, key=lambda r: r["default"]))
     experiment.stop()
 
     # Gumbel-DARTS, one-shot: one Gumbel mask per label shared by every mixed op of it

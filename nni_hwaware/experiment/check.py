@@ -37,8 +37,9 @@ def _load(path: Path) -> dict[str, Any]:
 
 def check_config(path: str | os.PathLike[str]) -> list[str]:
     """Raise :class:`HwAwareError` on the first problem; return notes on what will happen."""
+    from nni_hwaware.spaces.choices import allowed_values
     from nni_hwaware.strategies.budget import BudgetMask
-    from nni_hwaware.strategies.ppo.tuner import PPOClassArgsValidator, PPOTuner
+    from nni_hwaware.strategies.job import SearchJob, load_cost_model
 
     path = Path(path).resolve()
     config = _load(path)
@@ -48,10 +49,13 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
     if name not in PPO_NAMES:
         raise HwAwareError(f"{path.name}: tuner {name!r} is not the PPO tuner ({' or '.join(PPO_NAMES)})")
     args = dict(tuner.get("classArgs") or {})
+    if "space" not in args:
+        raise HwAwareError(f"{path.name}: tuner classArgs need space: the space to search")
     try:
-        PPOClassArgsValidator().validate_class_args(**args)
-    except (ValueError, TypeError) as err:
-        raise HwAwareError(f"{path.name}: tuner classArgs: {err}") from None
+        job = SearchJob.from_dict(args, "tuner classArgs")
+        named = job.named()
+    except HwAwareError as err:
+        raise HwAwareError(f"{path.name}: {err}") from None
     space_file = config.get("searchSpaceFile")
     if space_file:
         space_path = base / space_file
@@ -68,43 +72,23 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
         if trial_space != args["space"]:
             raise HwAwareError(f"{path.name}: trialCommand trains space {trial_space!r} but the tuner "
                                f"searches {args['space']!r}; use the same space in both")
-    ppo = PPOTuner(**args)
-    if args.get("search_trials") is not None and args.get("retrain") is not None:
-        needed = int(args["search_trials"]) + 1
+    if job.search_trials is not None and job.retrain is not None:
+        needed = job.search_trials + 1
         if int(config.get("maxTrialNumber", needed)) != needed:
             raise HwAwareError(f"{path.name}: maxTrialNumber must be search_trials + 1 = {needed} "
                                "(the search trials, then one that retrains the best network)")
-    notes = []
+    choices = named.choices()
+    try:
+        allowed = allowed_values(search_space, choices, named.name)
+    except HwAwareError as err:
+        raise HwAwareError(f"{path.name}: {err}") from None
     root = base / config.get("experimentWorkingDirectory", os.path.expanduser("~/nni-experiments"))
-    table_path = Path(args["table"]) if args.get("table") else None
+    table_path = Path(job.table) if job.table else None
     if table_path is not None and not table_path.is_absolute():
         table_path = root / table_path
     if table_path is None or not table_path.exists():
-        _check_labels(search_space, ppo)
-        notes.append("no cost table yet: the tuner profiles this machine's chip when the experiment starts")
-        return notes
-    from nni_hwaware.cost_model import load_space_model
-
-    full = load_space_model(ppo.named, table_path, chip=args.get("chip"), backend=args.get("backend", "torch"),
-                            batch_size=args.get("batch_size", 1))
-    model, budget, _ = ppo.search_model(search_space, full)
+        return ["no cost table yet: the tuner profiles this machine's chip when the experiment starts"]
+    full = load_cost_model(named, job.cost, table_path)
+    model, budget, _ = job.search_model(named, full, allowed)
     BudgetMask(model, budget)  # raises, naming the cheapest achievable cost, when nothing fits
-    notes.append(f"cost table {table_path} (chip {model.chip}); budget {budget.limits()}")
-    return notes
-
-
-def _check_labels(search_space: dict[str, Any], tuner: Any) -> None:
-    """The search space's parameters against the space's labels and values (no cost table needed)."""
-    choices = tuner.named.choices()
-    for name, spec in search_space.items():
-        if not isinstance(spec, dict) or spec.get("_type") != "choice":
-            raise HwAwareError(f"search space parameter {name!r} must be a choice")
-        if name not in choices:
-            raise HwAwareError(f"search space parameter {name!r} is not a label of space {tuner.space!r}")
-        unknown = sorted({str(v) for v in spec["_value"]} - {str(v) for v in choices[name]})
-        if unknown:
-            raise HwAwareError(f"search space parameter {name!r} has values {unknown} that space "
-                               f"{tuner.space!r} does not have")
-    missing = sorted(set(choices) - set(search_space))
-    if missing:
-        raise HwAwareError(f"the search space lacks labels {missing} of space {tuner.space!r}")
+    return [f"cost table {table_path} (chip {model.chip}); budget {budget.limits()}"]

@@ -31,6 +31,7 @@ from nni_hwaware.profiling.backends import (
 )
 from nni_hwaware.profiling.chips import ChipInfo, detect_chip, fixed_threads, measure_peak_flops
 from nni_hwaware.profiling.flops import count_flops, count_params
+from nni_hwaware.profiling.interleaved import interleaved_latency
 from nni_hwaware.profiling.measure import BYTES_PER_MB, ModuleCost, measure_module
 from nni_hwaware.profiling.memory import param_bytes, peak_activation_bytes
 from nni_hwaware.profiling.timing import LatencyStats, measure_latency, split_outliers
@@ -53,6 +54,7 @@ __all__ = [
     "export_onnx",
     "fixed_threads",
     "get_backend",
+    "interleaved_latency",
     "measure_latency",
     "measure_module",
     "measure_peak_flops",

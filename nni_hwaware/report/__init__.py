@@ -17,7 +17,6 @@ from nni_hwaware.report.plot import (
     accuracy_latency_plot,
     pareto_front,
 )
-from nni_hwaware.report.results import ModelResult, evaluate_architecture, measure_architecture
 from nni_hwaware.report.table import (
     ROWS,
     Row,
@@ -26,6 +25,7 @@ from nni_hwaware.report.table import (
     to_markdown,
     write_report,
 )
+from nni_hwaware.training.results import ModelResult, evaluate_architecture, measure_architecture
 
 __all__ = [
     "PLOT_INSTALL_HINT",

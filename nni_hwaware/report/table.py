@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from nni_hwaware.files import write_atomically
-from nni_hwaware.report.results import ModelResult
+from nni_hwaware.training.results import ModelResult
 
 __all__ = ["ROWS", "Row", "comparison_table", "relative_changes", "to_markdown", "write_report"]
 
@@ -134,7 +134,7 @@ def write_report(out_dir: str | os.PathLike[str], baseline: ModelResult, others:
     out = Path(out_dir)
     frame = comparison_table(baseline, others)
     heading = title or f"{', '.join(o.name for o in others)} vs {baseline.name} ({baseline.space}, {baseline.chip})"
-    markdown = f"# {heading}\n\n" + to_markdown(frame)
+    markdown = f"# {heading}\n\n" + to_markdown(frame) + "".join(measured_markdown(o) for o in others)
     if sweep:
         markdown += "\n## Sweep\n\n" + sweep_markdown(baseline, sweep)
     paths = {
@@ -149,6 +149,27 @@ def write_report(out_dir: str | os.PathLike[str], baseline: ModelResult, others:
         points += [PlotPoint.of(s, "sweep") for s in sweep]
         paths["plot"] = accuracy_latency_plot(points, out / "accuracy_latency.png", title=heading)
     return paths
+
+
+def measured_markdown(result: ModelResult) -> str:
+    """The ratios to the baseline measured interleaved (``extra["vs_baseline"]``, see
+    :func:`nni_hwaware.training.compare_with_baseline`) and their warning lines; empty without them."""
+    comparison = result.extra.get("vs_baseline")
+    if not comparison:
+        return ""
+    low, high = comparison["latency_ratio_ci95"]
+    lines = [f"\n{result.name} vs baseline:\n",
+             f"- latency ratio, measured interleaved: {comparison['latency_ratio']:.3f} "
+             f"(95 % interval {low:.3f} to {high:.3f}, {comparison.get('rounds', '?')} rounds, "
+             f"spread {100 * comparison['spread']:.1f} %)"]
+    if comparison.get("predicted_latency_ratio") is not None:
+        lines.append(f"- latency ratio, predicted: {comparison['predicted_latency_ratio']:.3f}")
+    if comparison.get("memory_ratio") is not None:
+        lines.append(f"- memory ratio, measured: {comparison['memory_ratio']:.3f}")
+    if comparison.get("predicted_memory_ratio") is not None:
+        lines.append(f"- memory ratio, predicted: {comparison['predicted_memory_ratio']:.3f}")
+    lines += [f"\n**{line}**" for line in comparison.get("warnings", [])]
+    return "\n".join(lines) + "\n"
 
 
 def sweep_markdown(baseline: ModelResult, sweep: Sequence[ModelResult]) -> str:

@@ -17,7 +17,7 @@ from torch import nn
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.nni_fixes import import_nni_nas
 
-__all__ = ["narrow_space", "space_choices"]
+__all__ = ["allowed_values", "narrow_space", "space_choices"]
 
 _nas = import_nni_nas()
 
@@ -90,3 +90,32 @@ def narrow_space(space: Any, allowed: Mapping[str, Sequence[Any]]) -> Any:
                 if mutable.default_value not in kept:
                     mutable.default_value = kept[0]
     return narrowed
+
+
+def allowed_values(search_space: Mapping[str, Any], choices: Mapping[str, Sequence[Any]],
+                   space_name: str) -> dict[str, list[Any]]:
+    """The values an NNI search space (``{label: {_type: choice, _value: [...]}}``) allows of each label.
+
+    Every parameter must be a ``choice`` named like a label, with values the space has,
+    and every label must be there; each mistake is one line naming it.
+    """
+    allowed: dict[str, list[Any]] = {}
+    for name, spec in search_space.items():
+        kind = spec.get("_type") if isinstance(spec, Mapping) else None
+        if kind != "choice":
+            raise HwAwareError(f"search space parameter {name!r} is {kind!r}; the PPO tuner takes only 'choice'")
+        if not isinstance(spec.get("_value"), list):
+            raise HwAwareError(f"search space parameter {name!r} needs '_value': the list of its values")
+        if name not in choices:
+            raise HwAwareError(f"search space parameter {name!r} is not a label of space {space_name!r} "
+                               f"(labels: {', '.join(choices)})")
+        wanted = [str(v) for v in spec["_value"]]
+        unknown = sorted(set(wanted) - {str(v) for v in choices[name]})
+        if unknown:
+            raise HwAwareError(f"search space parameter {name!r} has values {unknown} that space "
+                               f"{space_name!r} does not have; its values: {list(choices[name])}")
+        allowed[name] = [v for v in choices[name] if str(v) in wanted]
+    missing = [label for label in choices if label not in allowed]
+    if missing:
+        raise HwAwareError(f"the search space lacks labels {missing} of space {space_name!r}")
+    return allowed

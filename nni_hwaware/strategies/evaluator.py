@@ -41,8 +41,8 @@ def evaluate_network(model: Any, space: str | Any, table: str, chip: str | None 
     from nni_hwaware.cost_model import load_space_model
     from nni_hwaware.errors import HwAwareError
     from nni_hwaware.spaces.resolve import resolve_space
+    from nni_hwaware.training.train import TrainConfig, train_network
     from nni_hwaware.trial.run import trial_metrics
-    from nni_hwaware.trial.train import TrainConfig, train_network
 
     named = resolve_space(space, **(space_args or {}))
     arch = named.check_architecture(sample or getattr(model, "arch", None) or {})

@@ -1,15 +1,24 @@
 """The NNI trial of a multi-trial search: build the sampled network, train, report.
 
 ``python -m nni_hwaware.trial`` is the ``trialCommand`` of the search experiments.
-The parameters NNI hands over are the architecture (label -> value) and what the
-trial needs to build the space and read its costs (``_space``, ``_space_args``,
-``_table``, ``_chip``); ``--space``/``--table`` run it without the tuner. Every epoch reports an intermediate
-result ``{default: val_top1, val_top3, train_loss, epoch}``; the final result is
-``{default: val_top1, val_top3, test_top1, test_top3, latency_ms, memory_mb,
-flops, params, arch}``: the hardware costs are the cost table's prediction for
-the chip, and ``arch`` echoes the architecture the trial trained (JSON), so the
-results stay right when NNI pairs a trial's parameters with another trial's
-metrics under concurrency (microsoft/nni#5726).
+Its NNI parameters (:class:`~nni_hwaware.trial.parameters.TrialParameters`) carry
+everything it needs, so it runs on any machine NNI's training service sends it
+to, and reads no file of the tuner's: the architecture, the space, the data set,
+the training options and the costs the cost table predicts for the network.
+``--space`` / ``--arch`` / ``--table`` run it without the tuner.
+
+Every epoch reports an intermediate result ``{default: val_top1, val_top3,
+train_loss, epoch}``; the final result is ``{default: val_top1, val_top3,
+test_top1, test_top3, latency_ms, memory_mb, flops, params, arch}``: the hardware
+costs are the cost table's prediction for the chip, and ``arch`` echoes the
+architecture the trial trained (JSON), so the results stay right when NNI pairs a
+trial's parameters with another trial's metrics under concurrency
+(microsoft/nni#5726).
+
+The last trial of a search (parameters with ``retrain``) retrains the best
+network of the search history it was sent and the baseline, times them
+interleaved, and answers with both results as its final metric
+(:func:`retrain_metrics`); the tuner writes the report. A trial writes no file.
 """
 
 from __future__ import annotations
@@ -20,8 +29,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.trial.parameters import TrialParameters
 
-__all__ = ["main", "trial_metrics"]
+__all__ = ["main", "retrain_metrics", "trial_metrics"]
 
 
 def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float],
@@ -34,17 +44,17 @@ def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float],
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m nni_hwaware.trial", description=__doc__.splitlines()[0])
     parser.add_argument("--space", help="space: a name, a JSON file, nni:<hub space> or module:callable "
-                        "(default: the one the tuner names)")
+                        "(default: the one the tuner sends)")
     parser.add_argument("--space-args", help="keyword arguments of the space as JSON")
-    parser.add_argument("--table", help="cost table of the target chip (default: the one the tuner names)")
+    parser.add_argument("--table", help="cost table of the target chip, to run without the tuner")
     parser.add_argument("--chip", help="chip in the table (default: its only chip)")
     parser.add_argument("--backend", default="torch")
     parser.add_argument("--batch-size", type=int, default=1, help="batch size of the cost table")
-    parser.add_argument("--train", default="{}", help="training options as JSON (see TrainConfig)")
-    parser.add_argument("--epochs", type=int, help="training epochs (overrides --train)")
-    parser.add_argument("--threads", type=int, help="intra-op threads while training (overrides --train)")
-    parser.add_argument("--data-dir", help="CIFAR-10 directory, for spaces on cifar10 (overrides --train)")
-    parser.add_argument("--device", help="torch device for training, e.g. cuda (overrides --train)")
+    parser.add_argument("--train", help="training options as JSON (see TrainConfig; default: the tuner's)")
+    parser.add_argument("--epochs", type=int, help="training epochs (overrides the training options)")
+    parser.add_argument("--threads", type=int, help="intra-op threads while training (overrides them)")
+    parser.add_argument("--data-dir", help="CIFAR-10 directory, for spaces on cifar10 (overrides them)")
+    parser.add_argument("--device", help="torch device for training, e.g. cuda (overrides them)")
     parser.add_argument("--arch", help="architecture JSON file, to run without NNI")
     return parser
 
@@ -57,102 +67,103 @@ def main(argv: list[str] | None = None) -> int:
     return run_trial("nni_hwaware.trial", lambda: _run(args))
 
 
+def _standalone(args: argparse.Namespace) -> TrialParameters:
+    """The parameters of a run without the tuner: ``--space``, ``--arch`` and ``--table``."""
+    from nni_hwaware.cost_model import load_space_model
+    from nni_hwaware.spaces.io import load_architecture
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    if not args.space or not args.table:
+        raise HwAwareError("without the tuner, pass --space NAME, --table FILE and --arch FILE")
+    try:
+        space_args = json.loads(args.space_args) if args.space_args else {}
+    except json.JSONDecodeError as err:
+        raise HwAwareError(f"--space-args is not valid JSON: {err}") from None
+    named = resolve_space(args.space, **space_args)
+    model = load_space_model(named, args.table, chip=args.chip, backend=args.backend, batch_size=args.batch_size)
+    arch = load_architecture(args.arch, named)
+    return TrialParameters(arch=arch, space=args.space, space_args=space_args, dataset=named.dataset,
+                           chip=model.chip, costs=model.predict(arch).metrics())
+
+
 def _run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    import dataclasses
 
     import nni
 
-    from nni_hwaware.cost_model import load_space_model
     from nni_hwaware.nni_fixes import next_parameters
-    from nni_hwaware.spaces.io import load_architecture
     from nni_hwaware.spaces.resolve import resolve_space
-    from nni_hwaware.trial.train import TrainConfig, train_architecture
+    from nni_hwaware.training import TrainConfig, train_architecture
 
-    train = TrainConfig.from_json(args.train, epochs=args.epochs, threads=args.threads,
-                                  data_dir=args.data_dir, device=args.device)
-    params = {} if args.arch else (next_parameters() or {})
-    space = args.space or params.get("_space")
-    if not space:
-        raise HwAwareError("no space: pass --space NAME (or run under the PPO tuner, which names it)")
-    try:
-        space_args = json.loads(args.space_args) if args.space_args else dict(params.get("_space_args") or {})
-    except json.JSONDecodeError as err:
-        raise HwAwareError(f"--space-args is not valid JSON: {err}") from None
-    named = resolve_space(space, **space_args)
-    table = args.table or params.get("_table")
-    if not table:
-        raise HwAwareError("no cost table: pass --table FILE (or run under the PPO tuner, which names it)")
-    if not Path(table).is_file():
-        raise HwAwareError(f"cost table {table} does not exist here: profile the space or pass --table FILE")
-    model = load_space_model(named, table, chip=args.chip or params.get("_chip"), backend=args.backend,
-                             batch_size=args.batch_size)
-    if params.get("_retrain"):
-        return _retrain(named, model, params)
     if args.arch:
-        arch = load_architecture(args.arch, named)
+        params = _standalone(args)
     else:
-        if not params:
-            raise HwAwareError("no parameters from NNI: run this as an NNI trial, or pass --arch FILE")
-        arch = named.check_architecture({k: v for k, v in params.items() if not k.startswith("_")})
-    costs = model.predict(arch).metrics()
+        raw = next_parameters()
+        if not raw:
+            raise HwAwareError("no parameters from NNI: run this as an NNI trial, or pass --space, --table and --arch")
+        params = TrialParameters.from_dict(raw)
+    base = params.train if args.train is None else TrainConfig.from_json(args.train)
+    overrides = {k: v for k, v in {"epochs": args.epochs, "threads": args.threads, "data_dir": args.data_dir,
+                                   "device": args.device}.items() if v is not None}
+    train = dataclasses.replace(base, **overrides)
+    named = resolve_space(params.space, **params.space_args)
+    if params.dataset and named.dataset != params.dataset:
+        raise HwAwareError(f"space {params.space!r} trains on {named.dataset!r} here, but the tuner expects "
+                           f"{params.dataset!r}; install the same nni-hwaware version on every machine")
+    if params.retrain is not None:
+        return _retrain(named, params, train)
+    arch = named.check_architecture(params.arch)
 
     def on_epoch(epoch: int, record: Mapping[str, float]) -> None:
         nni.report_intermediate_result({"default": record["val_top1"], "val_top3": record["val_top3"],
                                         "train_loss": record["train_loss"], "epoch": epoch})
 
     result = train_architecture(named, arch, train, on_epoch)
-    final = trial_metrics(arch, result.metrics(), costs)
+    final = trial_metrics(arch, result.metrics(), params.costs)
     nni.report_final_result(final)
     print(json.dumps(final))
     return 0
 
 
-def _wait_for_results(path: str, expected: int, timeout: float = 900.0) -> list[dict[str, Any]]:
-    """The tuner's record of every search trial, once the last running ones have reported."""
-    import time
-    from pathlib import Path
-
-    from nni_hwaware.files import read_json
-
-    deadline = time.monotonic() + timeout
-    trials: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        if Path(path).is_file():
-            trials = read_json(path, "trial history")
-            if len(trials) >= expected:
-                break
-        time.sleep(2.0)
-    return trials
+def retrain_metrics(baseline: Any, found: Any) -> dict[str, Any]:
+    """The final metric of the retraining trial: headline figures for the portal, both
+    :class:`~nni_hwaware.training.ModelResult` s (JSON, under ``results``) for the tuner's report."""
+    comparison = found.extra.get("vs_baseline", {})
+    ci = comparison.get("latency_ratio_ci95") or [None, None]
+    return {"default": found.test_top1, "retrain": True, "test_top3": found.test_top3,
+            "latency_ms": found.latency_ms, "memory_mb": found.memory_mb,
+            "baseline_test_top1": baseline.test_top1, "baseline_latency_ms": baseline.latency_ms,
+            "latency_ratio": comparison.get("latency_ratio"), "latency_ratio_ci95_low": ci[0],
+            "latency_ratio_ci95_high": ci[1], "memory_ratio": comparison.get("memory_ratio"),
+            "results": json.dumps({"baseline": baseline.to_dict(), "found": found.to_dict()}),
+            "arch": json.dumps(found.arch, separators=(",", ":"))}
 
 
-def _retrain(config: Any, model: Any, params: Mapping[str, Any]) -> int:
-    """The last trial of a search: retrain the best architecture and the baseline, write the report."""
+def _retrain(named: Any, params: TrialParameters, train: Any) -> int:
+    """The last trial of a search: retrain the best network and the baseline, time them interleaved, report."""
+    import dataclasses
+
     import nni
 
-    from nni_hwaware.report.results import evaluate_architecture
-    from nni_hwaware.report.search import best_trial, write_search_report
-    from nni_hwaware.trial.paths import inside_experiment
-    from nni_hwaware.trial.train import TrainConfig
+    from nni_hwaware.report.search import best_trial
+    from nni_hwaware.training import compare_with_baseline, evaluate_architecture
 
-    history_file = inside_experiment(params["_history_file"], "parameter _history_file")
-    out_dir = inside_experiment(f"{params['_output_dir']}/report", "parameter _output_dir")
-    trials = _wait_for_results(str(history_file), int(params["_expected"]))
-    best = best_trial(trials)
-    train = TrainConfig.from_dict(params.get("_train") or {})
+    job = params.retrain
+    assert job is not None
+    best = best_trial(job.history)
+    predicted = {"baseline": job.baseline_costs, "found": best}
     results = {}
-    for name, arch in (("baseline", config.baseline(model)), ("found", best["arch"])):
-        results[name] = evaluate_architecture(config, arch, train, cost_model=model, name=name,
-                                              threads=model.threads)
+    for name, arch in (("baseline", job.baseline), ("found", best["arch"])):
+        result = evaluate_architecture(named, arch, train, name=name, threads=1, repeats=job.repeats)
+        results[name] = dataclasses.replace(result, chip=params.chip or result.chip,
+                                            predicted_latency_ms=predicted[name].get("latency_ms"),
+                                            predicted_memory_mb=predicted[name].get("memory_mb"))
         nni.report_intermediate_result({"default": results[name].test_top1, "retrained": name})
-    paths = write_search_report(out_dir, results["baseline"], results["found"], trials,
-                                baseline_predicted_ms=model.predict(config.baseline(model)).latency_ms)
-    found, base = results["found"], results["baseline"]
-    final = {"default": found.test_top1, "retrain": True, "test_top3": found.test_top3,
-             "latency_ms": found.latency_ms, "memory_mb": found.memory_mb,
-             "baseline_test_top1": base.test_top1, "baseline_latency_ms": base.latency_ms,
-             "latency_ratio": found.latency_ms / base.latency_ms, "memory_ratio": found.memory_mb / base.memory_mb,
-             "report": str(paths["markdown"]), "arch": json.dumps(found.arch, separators=(",", ":"))}
+    baseline, found = compare_with_baseline(named, results["baseline"], results["found"], rounds=job.rounds,
+                                            seed=train.seed)
+    final = retrain_metrics(baseline, found)
     nni.report_final_result(final)
-    print(json.dumps(final))
-    print("report written: " + ", ".join(str(p) for p in paths.values()))
+    for line in found.extra["vs_baseline"]["warnings"]:
+        print(line)
+    print(json.dumps({k: v for k, v in final.items() if k != "results"}))
     return 0

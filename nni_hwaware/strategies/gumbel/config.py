@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 from nni_hwaware import options
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.trial.train import TrainConfig
+from nni_hwaware.strategies.job import CostConfig, PruneConfig, budget_fraction
+from nni_hwaware.training import TrainConfig
 
 __all__ = [
     "CostConfig",
@@ -112,18 +113,6 @@ class PenaltyConfig:
         if isinstance(value, str):
             return budget_fraction(value, f"penalty {name}") * baseline
         return value
-
-
-def budget_fraction(text: str, name: str) -> float:
-    """``"45%"`` -> 0.45; anything else is an error naming ``name``."""
-    stripped = text.strip()
-    try:
-        fraction = float(stripped[:-1]) / 100 if stripped.endswith("%") else float("nan")
-    except ValueError:
-        fraction = float("nan")
-    if not (math.isfinite(fraction) and fraction > 0):
-        raise HwAwareError(f"{name} must be a positive number or a percentage of the baseline like '50%', got {text!r}")
-    return fraction
 
 
 @dataclass(frozen=True)
@@ -246,50 +235,6 @@ class SearchTrainingConfig:
         _finite("search baseline_bias", self.baseline_bias)
         if self.accelerator not in ("auto", "cpu", "gpu", "cuda", "mps"):
             raise HwAwareError(f"search accelerator must be auto, cpu, gpu, cuda or mps, got {self.accelerator!r}")
-
-
-@dataclass(frozen=True)
-class CostConfig:
-    """Where the costs come from: a cost table file and the chip, backend and batch size in it."""
-
-    #: Cost table file (``nni-hwaware profile``); None profiles the space on this machine first.
-    table: str | None = None
-    chip: str | None = None
-    backend: str = "torch"
-    batch_size: int = 1
-    #: Threads for profiling (when ``table`` is None) and for measuring the retrained networks.
-    threads: int | None = 1
-    #: Timing runs per retrained network (its latency is their median).
-    repeats: int = 3
-
-    def __post_init__(self) -> None:
-        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise HwAwareError(f"cost repeats must be an integer >= 1, got {self.repeats!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise HwAwareError(f"cost threads must be an integer >= 1 (or null), got {self.threads!r}")
-
-
-@dataclass(frozen=True)
-class PruneConfig:
-    """Seed 001 step 4 before the search: keep the blocks scoring ``S = k*U*P`` above a threshold.
-
-    ``mode`` is one of :data:`nni_hwaware.pruning.MODES` (None: search the whole
-    space). The blocks in ``keep`` and the space's baseline block always stay.
-    """
-
-    mode: str | None = None
-    k: float = 1.0
-    threshold: float | None = None
-    top: int | None = None
-    keep: tuple[str, ...] = ("skip",)
-
-    def __post_init__(self) -> None:
-        from nni_hwaware.pruning import MODES
-
-        if self.mode is not None and self.mode not in MODES:
-            raise HwAwareError(f"prune mode must be one of {', '.join(MODES)} (or null), got {self.mode!r}")
-        if isinstance(self.keep, str):
-            object.__setattr__(self, "keep", (self.keep,))
 
 
 @dataclass(frozen=True)

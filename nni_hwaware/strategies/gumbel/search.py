@@ -87,23 +87,16 @@ def load_space_cost_model(config: GumbelSearchConfig, out: Path) -> tuple[Any, A
     """
     import dataclasses as dc
 
-    from nni_hwaware.cost_model import load_or_profile, space_model
     from nni_hwaware.files import write_atomically
     from nni_hwaware.spaces.resolve import resolve_space
+    from nni_hwaware.strategies.job import load_cost_model, prune_model
 
-    cost = config.cost
     named = resolve_space(config.space, **config.space_args)
-    table = load_or_profile(named, cost.table or out / "cost_table.csv", chip=cost.chip, backend=cost.backend,
-                            batch_size=cost.batch_size, threads=cost.threads, seed=config.seed)
-    model = space_model(named, table, chip=cost.chip, backend=cost.backend, batch_size=cost.batch_size)
+    model = load_cost_model(named, config.cost, out / "cost_table.csv", seed=config.seed)
     reference = named.baseline(model)
-    prune = config.prune
-    if prune.mode is None:
+    result = prune_model(model, config.prune, reference)
+    if result is None:
         return dc.replace(named, reference=reference), model
-    from nni_hwaware.pruning import prune_choices
-
-    result = prune_choices(model, mode=prune.mode, k=prune.k, threshold=prune.threshold, top=prune.top,
-                           always_keep=(*prune.keep, *reference.values()))
     write_atomically(out / "pruning.csv", result.report.to_csv(index=False))
     return dc.replace(named.narrowed(result.allowed), reference=reference), result.model
 

@@ -312,18 +312,23 @@ class PPOSearch:
         else:
             self.surrogate.condition(x, targets)
 
-    @torch.no_grad()
     def _replay(self, key: tuple[int, ...]) -> _Episode:
-        prefix = np.asarray([key], dtype=int)
+        return self._replays([key])[0]
+
+    @torch.no_grad()
+    def _replays(self, keys: list[tuple[int, ...]]) -> list[_Episode]:
+        """Episodes of given architectures under the current policy (its log-probabilities as the old ones)."""
+        actions = np.asarray(keys, dtype=int).reshape(len(keys), self.n_layers)
         states, masks, logps = [], [], []
-        for i, action in enumerate(key):
-            state, mask = self._states(prefix[:, :i])
-            mask[0, action] = True
+        for i in range(self.n_layers):
+            state, mask = self._states(actions[:, :i])
+            mask[np.arange(len(keys)), actions[:, i]] = True
             dist, _ = self.policy(torch.from_numpy(state), torch.from_numpy(mask))
-            states.append(state[0])
-            masks.append(mask[0])
-            logps.append(float(dist.log_prob(torch.tensor([action]))[0]))
-        return _Episode(list(key), np.stack(states), np.stack(masks), np.array(logps, dtype=np.float32))
+            states.append(state)
+            masks.append(mask)
+            logps.append(dist.log_prob(torch.from_numpy(actions[:, i])).numpy())
+        states_, masks_, logps_ = np.stack(states, 1), np.stack(masks, 1), np.stack(logps, 1).astype(np.float32)
+        return [_Episode(list(k), states_[b], masks_[b], logps_[b]) for b, k in enumerate(keys)]
 
     def _finish(self, episode: _Episode) -> None:
         self.finished.append(episode)
@@ -358,8 +363,8 @@ class PPOSearch:
         if self.config.replay_best:
             inside = {tuple(e.actions) for e in batch}
             ranked = sorted(self.history.order, key=lambda k: -self.history.rewards[k])
-            for key in [k for k in ranked if k not in inside][: self.config.replay_best]:
-                batch.append(self._replay(key))
+            replays = [k for k in ranked if k not in inside][: self.config.replay_best]
+            batch.extend(self._replays(replays) if replays else [])
         states = torch.from_numpy(np.concatenate([e.states for e in batch]))
         masks = torch.from_numpy(np.concatenate([e.masks for e in batch]))
         actions = torch.tensor([a for e in batch for a in e.actions])
@@ -434,13 +439,12 @@ class PPOSearch:
         for key, reward in state["history"]:
             self.history.order.append(tuple(key))
             self.history.rewards[tuple(key)] = float(reward)
-        self.pending = {tuple(k): self._replay(tuple(k)) for k in state.get("pending", [])
-                        if tuple(k) not in self.history.rewards}
-        self.finished = []
-        for actions, reward in state["finished"]:
-            episode = self._replay(tuple(actions))
+        pending = [tuple(k) for k in state.get("pending", []) if tuple(k) not in self.history.rewards]
+        self.pending = dict(zip(pending, self._replays(pending), strict=True)) if pending else {}
+        finished = [tuple(actions) for actions, _ in state["finished"]]
+        self.finished = self._replays(finished) if finished else []
+        for episode, (_, reward) in zip(self.finished, state["finished"], strict=True):
             episode.reward = reward
-            self.finished.append(episode)
         self.updates = int(state["updates"])
         self._fit_surrogate()
         self.decisions = int(state.get("decisions", 0))

@@ -14,6 +14,7 @@ from typing import Any
 
 from nni.nas.strategy.hpo import HPOTunerStrategy
 
+from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.ppo.tuner import PPOTuner
 
 __all__ = ["PPOStrategy"]
@@ -23,12 +24,15 @@ class PPOStrategy(HPOTunerStrategy):
     """PPO architecture search under a hardware budget; arguments as :class:`PPOTuner`."""
 
     def __init__(self, space: str | Any, table: str | None = None, **options: Any) -> None:
+        if options.get("retrain") is not None:
+            raise HwAwareError("retrain is for nnictl experiments (a final trial); from Python, retrain the best "
+                               "architecture with nni_hwaware.training.evaluate_architecture")
         super().__init__(PPOTuner(space, table, **options))
         self.tuner.rerun_in_flight = False  # NasExperiment.resume() does not rerun unfinished models
 
     def extra_repr(self) -> str:
         tuner = self.tuner
-        return f"space={tuner.space!r}, budget={tuner.budget_spec!r}, ppo={tuner.ppo_config!r}"
+        return f"space={tuner.job.space!r}, budget={tuner.job.budget.to_dict()!r}, ppo={tuner.job.ppo!r}"
 
     def state_dict(self) -> dict[str, Any]:
         tuner = self.tuner

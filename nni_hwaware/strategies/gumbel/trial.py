@@ -1,4 +1,4 @@
-"""The Gumbel search as one NNI trial: ``python -m nni_hwaware.trial.gumbel_trial --config gumbel.yml``.
+"""The Gumbel search as one NNI trial: ``python -m nni_hwaware.strategies.gumbel.trial --config gumbel.yml``.
 
 The ``trialCommand`` of a one-trial ``nnictl`` experiment (see
 ``examples/digits/gumbel_nnictl.yml``). It runs the whole job of
@@ -16,7 +16,7 @@ baseline, report) and reports to NNI:
 
 A search that fails on bad input or diverges (NaN/inf loss: the stage, epoch,
 step and last finite losses are named) prints one line to stderr
-(``nni_hwaware.trial.gumbel_trial: error: ...``, in the trial's ``trial.stderr``)
+(``nni_hwaware.strategies.gumbel.trial: error: ...``, in the trial's ``trial.stderr``)
 and exits with status 2: NNI marks the trial FAILED, and nothing is exported.
 
 The parameters NNI hands over (if any) override the config: ``alpha``, ``beta``,
@@ -64,7 +64,7 @@ def final_metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m nni_hwaware.trial.gumbel_trial",
+    parser = argparse.ArgumentParser(prog="python -m nni_hwaware.strategies.gumbel.trial",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="search config YAML (as for nni-hwaware search gumbel)")
     parser.add_argument("--out", help="output directory (default: $NNI_OUTPUT_DIR/gumbel, else the config's out)")
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from nni_hwaware.trial.entry import run_trial
 
     args = _parser().parse_args(argv)
-    return run_trial("nni_hwaware.trial.gumbel_trial", lambda: _run(args))
+    return run_trial("nni_hwaware.strategies.gumbel.trial", lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -106,4 +106,4 @@ def _run(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     from nni_hwaware.trial.entry import trial_main
 
-    trial_main("nni_hwaware.trial.gumbel_trial", main)
+    trial_main("nni_hwaware.strategies.gumbel.trial", main)

@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import stats
 from torch import nn
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.profiling import fixed_threads, get_backend, measure_latency
+from nni_hwaware.profiling.backends import get_backend
+from nni_hwaware.profiling.chips import fixed_threads
+from nni_hwaware.profiling.timing import measure_latency
 
 __all__ = ["interleaved_latency"]
 
@@ -32,6 +33,8 @@ def interleaved_latency(a: nn.Module, b: nn.Module, input_shape: tuple[int, ...]
     Returns ``{a_ms, b_ms (medians over rounds), ratio, ci95: [low, high], rounds, spread}``,
     ``spread`` being the largest relative spread (std / median) of either network over rounds.
     """
+    from scipy import stats
+
     if rounds < 2:
         raise HwAwareError(f"interleaved timing needs at least 2 rounds, got {rounds}")
     runtime = get_backend(backend)

@@ -117,7 +117,7 @@ def evaluate_architecture(config: Any, arch: Mapping[str, str], train: Any, *, c
                           on_epoch: Callable[[int, dict[str, float]], None] | None = None) -> ModelResult:
     """Retrain ``arch`` from scratch with ``train`` (a ``TrainConfig``), test it, measure it, predict it."""
     from nni_hwaware.profiling import detect_chip
-    from nni_hwaware.trial.train import train_architecture
+    from nni_hwaware.training.train import train_architecture
 
     arch = config.check_architecture(arch)
     trained = train_architecture(config, arch, train, on_epoch)

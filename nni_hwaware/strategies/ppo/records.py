@@ -1,0 +1,137 @@
+"""The tuner's records of a search: trials in flight, results, failures; free of NNI and torch.
+
+NNI tells a tuner about trials through parameter ids, and under concurrency the
+ids of trial *ends* are the manager's, often another trial's (microsoft/nni#5726);
+result ids are right (a trial sends the id it received). So:
+
+* a result's architecture is the one the trial echoes in its metric (``arch``),
+  trusted over the id's parameters, and a difference is counted as a mismatch;
+* an end only says that *some* trial ended. Once every search trial sent has
+  ended, the ones without a result are exactly the dead ones
+  (:meth:`TrialRecords.dead`); until then they stay in flight. A successful end
+  waits :data:`RESULT_GRACE_S` for its result, which NNI may deliver after it.
+
+A search whose first :data:`ALL_FAILED_AFTER` settled trials all failed is
+stopped (:meth:`TrialRecords.all_failed`): the same cause would fail the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nni_hwaware.errors import HwAwareError
+
+__all__ = ["ALL_FAILED_AFTER", "RESULT_GRACE_S", "TrialRecords", "metrics_of"]
+
+#: Seconds a trial NNI reports as succeeded has to deliver its final result before it counts as failed.
+RESULT_GRACE_S = 60.0
+#: Settled search trials that all failed, after which the search stops with an error.
+ALL_FAILED_AFTER = 5
+#: Fields of a result the retraining trial and the report need (the search history).
+HISTORY_KEYS = ("default", "latency_ms", "memory_mb", "flops", "params", "status")
+
+
+def metrics_of(value: Any) -> dict[str, Any] | None:
+    """The metric dict of a result (a plain number becomes ``default``); None when it has no finite ``default``."""
+    metrics = dict(value) if isinstance(value, Mapping) else {"default": value}
+    default = metrics.get("default")
+    if isinstance(default, bool) or not isinstance(default, (int, float)) or not math.isfinite(float(default)):
+        return None
+    return metrics
+
+
+@dataclass
+class TrialRecords:
+    """What the tuner knows of its trials (module docstring); :meth:`state` / :meth:`load` persist it."""
+
+    #: One record per finished search trial: ``{arch, default, latency_ms, ...}`` or ``status: failed``.
+    results: list[dict[str, Any]] = field(default_factory=list)
+    retrain_sent: bool = False
+    #: Search trials sent and not settled: parameter id -> architecture.
+    in_flight: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: Ids of the search trials sent by this run of the tuner.
+    sent: set[int] = field(default_factory=set)
+    #: Parameter id -> (when, succeeded) for every trial end NNI announced.
+    ended: dict[int, tuple[float, bool]] = field(default_factory=dict)
+    mismatches: int = 0
+
+    def send(self, parameter_id: int, arch: dict[str, Any]) -> None:
+        self.in_flight[parameter_id] = arch
+        self.sent.add(parameter_id)
+
+    def arch_of(self, parameter_id: int | None, parameters: Mapping[str, Any], value: Any,
+                check: Callable[[Mapping[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """The architecture a result is for: the one echoed in the metric, else the one sent."""
+        echoed = value.get("arch") if isinstance(value, Mapping) else None
+        sent = self.in_flight.get(parameter_id) if parameter_id is not None else None
+        if isinstance(echoed, str):
+            try:
+                data = json.loads(echoed)
+            except json.JSONDecodeError:
+                raise HwAwareError(f"trial {parameter_id} echoed a malformed arch {echoed!r}") from None
+            if not isinstance(data, dict):
+                raise HwAwareError(f"trial {parameter_id} echoed {echoed!r}, not a label -> value mapping")
+            arch = check(data)
+            if sent is not None and sent != arch:
+                self.mismatches += 1
+            return arch
+        if sent is not None:
+            return sent
+        return check({k: v for k, v in parameters.items() if not k.startswith("_")})
+
+    def settle(self, parameter_id: int | None) -> None:
+        """``parameter_id``'s search trial has its result (or was counted as failed)."""
+        self.in_flight.pop(parameter_id, None)  # type: ignore[arg-type]
+
+    def add_result(self, arch: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
+        self.results.append({"arch": dict(arch), **{k: v for k, v in metrics.items() if k != "arch"}})
+
+    def add_failure(self, arch: Mapping[str, Any], why: str, reward: float) -> None:
+        self.results.append({"arch": dict(arch), "default": None, "status": "failed", "reason": why,
+                             "reward": reward})
+
+    def end(self, parameter_id: int, success: bool) -> None:
+        self.ended[parameter_id] = (time.monotonic(), success)
+
+    def dead(self) -> list[dict[str, Any]]:
+        """The search trials now certain to have ended without a result (module docstring); removed."""
+        if not self.in_flight or not self.sent <= self.ended.keys():
+            return []
+        now = time.monotonic()
+        if any(success and now - since < RESULT_GRACE_S for pid, (since, success) in self.ended.items()
+               if pid in self.in_flight):
+            return []
+        dead = list(self.in_flight.values())
+        self.in_flight.clear()
+        return dead
+
+    def failures(self) -> int:
+        return sum(1 for r in self.results if r.get("status") == "failed")
+
+    def all_failed(self) -> bool:
+        """Whether the first :data:`ALL_FAILED_AFTER` settled search trials (or all, if fewer are
+        expected) failed and none succeeded."""
+        return bool(self.results) and self.failures() == len(self.results) >= ALL_FAILED_AFTER
+
+    def history(self) -> list[dict[str, Any]]:
+        """The finished search trials, compact: what the retraining trial is sent."""
+        return [{"arch": r["arch"], **{k: r[k] for k in HISTORY_KEYS if k in r}} for r in self.results]
+
+    def state(self) -> dict[str, Any]:
+        return {"results": self.results, "retrain_sent": self.retrain_sent}
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        self.results = [dict(r) for r in state.get("results", [])]
+        self.retrain_sent = bool(state.get("retrain_sent", False))
+
+    def stats(self, decisions: int, decision_seconds: float, results: int, in_flight: int) -> dict[str, Any]:
+        """Decisions, results and failures so far (``tuner_stats.json``)."""
+        return {"decisions": decisions, "decision_seconds": decision_seconds, "results": results,
+                "failed": self.failures(), "in_flight": in_flight, "arch_mismatches": self.mismatches,
+                "pid": os.getpid()}

@@ -1,0 +1,44 @@
+"""Where the tuner reads and writes: the experiment's working directory under NNI, else the current one.
+
+Relative paths in ``classArgs`` are resolved against the experiment working
+directory (the folder that holds ``<experiment id>/``); the search's own files go
+to ``<experiment dir>/hwaware/``. Under NNI the tuner writes only inside the
+experiment working directory, so a config cannot make it overwrite other files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from nni_hwaware.errors import HwAwareError
+
+__all__ = ["experiment_root", "output_dir", "resolve", "writable"]
+
+
+def experiment_root() -> Path | None:
+    """The experiment working directory when running as NNI's tuner (its log dir is ``<root>/<id>/log``)."""
+    log_dir = os.environ.get("NNI_LOG_DIRECTORY")
+    return Path(log_dir).resolve().parent.parent if log_dir else None
+
+
+def resolve(path: str) -> Path:
+    candidate = Path(path).expanduser()
+    if candidate.is_absolute():
+        return candidate
+    return (experiment_root() or Path.cwd()) / candidate
+
+
+def writable(path: Path, what: str) -> Path:
+    """``path``, if the tuner may write it: under NNI, inside the experiment working directory."""
+    root = experiment_root()
+    if root is not None and not path.resolve().is_relative_to(root):
+        raise HwAwareError(f"{what} {path} is outside the experiment working directory {root}; the tuner "
+                           "writes only inside it: use a relative path (or create the file beforehand)")
+    return path
+
+
+def output_dir() -> Path:
+    """``<experiment dir>/hwaware`` under NNI, ``./hwaware-outputs`` otherwise."""
+    log_dir = os.environ.get("NNI_LOG_DIRECTORY")
+    return Path(log_dir).resolve().parent / "hwaware" if log_dir else Path.cwd() / "hwaware-outputs"

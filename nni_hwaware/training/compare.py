@@ -1,0 +1,81 @@
+"""The found network against the baseline, measured the way a report can be trusted with.
+
+Both networks are timed in alternating rounds in one process
+(:func:`~nni_hwaware.profiling.interleaved_latency`: A B, B A, ... for ``rounds``
+rounds), so a burst of load on a shared machine lands on both. The latency ratio
+``found / baseline`` is the geometric mean of the per-round ratios with a 95 %
+Student-t interval. A warning line is added when the measured ratio differs from
+the cost table's predicted ratio by more than :data:`RATIO_TOLERANCE`, or when
+either network's timing spread (std / median over rounds) exceeds
+:data:`SPREAD_LIMIT`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from nni_hwaware.training.results import ModelResult
+
+__all__ = ["RATIO_TOLERANCE", "SPREAD_LIMIT", "compare_with_baseline", "comparison_warnings"]
+
+#: Measured and predicted latency ratios further apart than this (relative) get a warning.
+RATIO_TOLERANCE = 0.10
+#: A timing spread (std / median over rounds) above this gets a warning.
+SPREAD_LIMIT = 0.05
+
+
+def comparison_warnings(comparison: Mapping[str, Any]) -> list[str]:
+    """The warning lines of one comparison (see the module docstring); empty when it can be trusted."""
+    lines = []
+    measured, predicted = comparison.get("latency_ratio"), comparison.get("predicted_latency_ratio")
+    if measured and predicted and abs(measured / predicted - 1) > RATIO_TOLERANCE:
+        lines.append(f"warning: the measured latency ratio {measured:.3f} differs from the predicted "
+                     f"{predicted:.3f} by {100 * (measured / predicted - 1):+.0f} % (more than "
+                     f"{100 * RATIO_TOLERANCE:.0f} %): the cost table may not fit this machine; re-profile it")
+    spread = comparison.get("spread")
+    if spread is not None and spread > SPREAD_LIMIT:
+        lines.append(f"warning: the timing spread is {100 * spread:.1f} % (over {100 * SPREAD_LIMIT:.0f} %): "
+                     "the machine was busy while measuring; re-run the comparison on a quiet machine")
+    return lines
+
+
+def compare_with_baseline(space: Any, baseline: ModelResult, found: ModelResult, *, rounds: int = 10,
+                          batch_size: int = 1, backend: str = "torch", device: str = "cpu",
+                          threads: int | None = 1, seed: int = 0) -> tuple[ModelResult, ModelResult]:
+    """``baseline`` and ``found`` with their latencies timed interleaved; ``found.extra["vs_baseline"]``
+    holds the ratios, the interval, the spread and the warnings.
+
+    ``space`` is the searched space (anything :func:`~nni_hwaware.spaces.resolve.resolve_space`
+    takes); the networks are rebuilt from their architectures (timing does not depend
+    on the trained weights).
+    """
+    import torch
+
+    from nni_hwaware.profiling import interleaved_latency
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    named = resolve_space(space)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        nets = [named.build(result.arch).eval() for result in (baseline, found)]
+    timing = interleaved_latency(nets[0], nets[1], tuple(named.input_shape), rounds=rounds, batch_size=batch_size,
+                                 threads=threads, backend=backend, device=device, seed=seed)
+    predicted = None
+    if baseline.predicted_latency_ms and found.predicted_latency_ms is not None:
+        predicted = found.predicted_latency_ms / baseline.predicted_latency_ms
+    predicted_memory = None
+    if baseline.predicted_memory_mb and found.predicted_memory_mb is not None:
+        predicted_memory = found.predicted_memory_mb / baseline.predicted_memory_mb
+    comparison: dict[str, Any] = {
+        "latency_ratio": timing["ratio"], "latency_ratio_ci95": timing["ci95"], "rounds": timing["rounds"],
+        "spread": timing["spread"], "predicted_latency_ratio": predicted,
+        "memory_ratio": found.memory_mb / baseline.memory_mb if baseline.memory_mb else None,
+        "predicted_memory_ratio": predicted_memory,
+    }
+    comparison["warnings"] = comparison_warnings(comparison)
+    baseline = dataclasses.replace(baseline, latency_ms=timing["a_ms"])
+    found = dataclasses.replace(found, latency_ms=timing["b_ms"],
+                                extra={**found.extra, "vs_baseline": comparison})
+    return baseline, found

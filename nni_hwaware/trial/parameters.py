@@ -1,0 +1,100 @@
+"""What the tuner hands a trial: typed, self-contained parameters, the same class on both sides.
+
+A trial may run on another machine (NNI's remote, Kubernetes, AML training
+services) and sees none of the tuner's files. So its NNI parameters carry all
+it needs: the architecture, the space to build it from, the costs the cost table
+predicts for it on the target chip, how to train it and on which data set. The
+final retraining trial also carries the finished search history and the
+baseline, and answers with its measured results as its final metric; the tuner
+writes the report.
+
+On the wire (NNI's parameters) the architecture's labels are top-level keys, so
+NNI's web portal shows them as columns, and everything else sits under
+:data:`KEY`::
+
+    {"conv1": "conv3x3", ..., "_hwaware": {"space": "digits", "costs": {...}, "train": {...}, ...}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.training import TrainConfig
+
+__all__ = ["KEY", "RetrainJob", "TrialParameters"]
+
+#: The key of NNI's parameters under which everything but the architecture travels.
+KEY = "_hwaware"
+#: Cost fields a trial reports as predicted by the cost table.
+COST_KEYS = ("latency_ms", "memory_mb", "flops", "params")
+
+
+@dataclass(frozen=True)
+class RetrainJob:
+    """The last trial of a search: retrain the best of ``history`` and ``baseline``, measure both."""
+
+    #: Every finished search trial: ``{arch, default, latency_ms, memory_mb, ..., status}``.
+    history: list[dict[str, Any]]
+    #: The reference network the found one is compared with, and its predicted costs.
+    baseline: dict[str, Any]
+    baseline_costs: dict[str, float]
+    #: Alternating timing rounds of the two networks (see :mod:`nni_hwaware.training.compare`).
+    rounds: int = 10
+    #: Timing runs per network for the measured memory and the single-network latency.
+    repeats: int = 3
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"history": self.history, "baseline": self.baseline, "baseline_costs": self.baseline_costs,
+                "rounds": self.rounds, "repeats": self.repeats}
+
+
+@dataclass(frozen=True)
+class TrialParameters:
+    """Everything one trial needs (module docstring); :meth:`to_dict` / :meth:`from_dict` are the wire form."""
+
+    #: label -> value of the network to train (empty for the retraining trial: it picks from ``retrain.history``).
+    arch: dict[str, Any]
+    #: The space by name (``digits``, ``nni:ProxylessNAS``, ``module:callable``, a JSON file) and its arguments.
+    space: str
+    space_args: dict[str, Any] = field(default_factory=dict)
+    #: The data set the space trains on (``digits``, ``cifar10``); the trial checks it.
+    dataset: str = ""
+    #: The chip the costs are for, and the costs the cost table predicts for ``arch`` there.
+    chip: str = ""
+    costs: dict[str, float] = field(default_factory=dict)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    retrain: RetrainJob | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        body = {"space": self.space, "space_args": dict(self.space_args), "dataset": self.dataset,
+                "chip": self.chip, "costs": dict(self.costs), "train": self.train.to_dict()}
+        if self.retrain is not None:
+            body["retrain"] = self.retrain.to_dict()
+        return {**self.arch, KEY: body}
+
+    @classmethod
+    def from_dict(cls, params: Mapping[str, Any]) -> TrialParameters:
+        """The parameters NNI handed over; a clear error when they are not a search trial's."""
+        body = params.get(KEY)
+        if not isinstance(body, Mapping):
+            raise HwAwareError(f"the trial's parameters lack {KEY!r}: they were not sent by the nni-hwaware tuner "
+                               "(run the trial under it, or pass --space and --arch)")
+        known = {"space", "space_args", "dataset", "chip", "costs", "train", "retrain"}
+        stray = sorted(set(body) - known)
+        if stray or "space" not in body:
+            raise HwAwareError(f"the trial's {KEY} parameters are malformed (unknown {stray}, needs 'space'); "
+                               "the tuner and the trial must be the same nni-hwaware version")
+        retrain = body.get("retrain")
+        if retrain is not None:
+            try:
+                retrain = RetrainJob(**retrain)
+            except TypeError as err:
+                raise HwAwareError(f"the retraining parameters are malformed: {err}") from None
+        arch = {k: v for k, v in params.items() if k != KEY and not k.startswith("_")}
+        return cls(arch=arch, space=str(body["space"]), space_args=dict(body.get("space_args") or {}),
+                   dataset=str(body.get("dataset", "")), chip=str(body.get("chip", "")),
+                   costs={k: float(v) for k, v in (body.get("costs") or {}).items()},
+                   train=TrainConfig.from_dict(body.get("train") or {}), retrain=retrain)

@@ -1,19 +1,35 @@
-"""Trials each strategy needs to find the best architecture under a latency budget.
+"""Search efficiency under a latency budget: PPO against random search and NNI's tuners.
 
-On the tabular benchmark (``benchmarks/data/tabular_digits_tiny.csv``: every
-architecture of ``digits_tiny`` trained on digits; rebuild it with
-``build_tabular.py``), every strategy is driven through NNI's Tuner interface
-(``update_search_space`` / ``generate_parameters`` / ``receive_trial_result``),
-and a trial is a table look-up instead of a training run. The budget admits
-about a third of the architectures. An over-budget trial is reported to the
-tuner as a failure (accuracy 0): its network would not fit the chip.
+Suites (``--suites``; names match by prefix):
 
-Per strategy, over ``--seeds`` seeds: median trials until the best feasible
-architecture is trained (censored at the space size + 1 when never found),
-regret at 50 trials, over-budget trials (among the first max(50, trials to best))
-and milliseconds per decision. ``random_feasible`` is random search that knows
-the budget (uniform over the untried architectures that fit): the bar that
-budget masking alone reaches. The last line is one JSON object.
+* ``tabular``: the project's own benchmark (``data/tabular_digits_tiny.csv``:
+  every architecture of ``digits_tiny`` trained on digits; rebuild it with
+  ``build_tabular.py``), masked with the project's own cost table of the space
+  (``data/digits_tiny_table.csv``), budget at the 1/3 quantile of that model's latency.
+  A run goes on until the best feasible architecture is found.
+* ``nb201/<device>/<dataset>/q<quantile>``: NAS-Bench-201 with measured latencies
+  (see :mod:`nb201`): 4 devices x 3 data sets x budgets at the 1/3 and 1/10
+  quantiles of measured latency; the mask is an additive per-(edge, operation)
+  cost table fitted by least squares to the measured latencies (it stands in for
+  profiling each operation on the device). Runs of 100 trials.
+
+Every strategy is driven through NNI's Tuner interface (``update_search_space`` /
+``generate_parameters`` / ``receive_trial_result``) and a trial is a table
+look-up. Feasible means under the budget by the cost model the search masks with;
+an infeasible trial is reported as a failure (accuracy 0). ``random_feasible`` is
+uniform over the untried feasible architectures: what budget masking alone gives.
+``ppo`` is :class:`~nni_hwaware.strategies.ppo.tuner.PPOTuner` on the tabular
+suite and :class:`~nni_hwaware.strategies.ppo.core.PPOSearch` behind the same
+Tuner calls on NB201, both with :class:`PPOConfig`'s defaults plus ``--ppo``.
+NNI's own RL searchers (``policy_based_rl``, ``nni_ppo``) run where their extra
+packages are installed (see :mod:`rl_peers`), else the output says ``skipped``.
+
+Per suite and strategy, over ``--seeds`` seeds: median trials until the best
+feasible architecture is trained (censored at ``max_trials + 1``), mean regret
+(best feasible accuracy minus the best found) at 25 / 50 / 100 trials,
+proposals over budget against the model and against the measured latency, and
+milliseconds per decision (``generate_parameters``) and per result. The last
+line is one JSON object.
 """
 
 from __future__ import annotations
@@ -21,190 +37,314 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import random
 import statistics
-import tempfile
+import sys
 import time
 from collections.abc import Callable
+from functools import cache
+from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
-import nni
 import numpy as np
 import pandas as pd
 
-from nni_hwaware.spaces import get_space_config
+sys.path.insert(0, str(Path(__file__).parent))
+
+import nb201
+import nni
+from nb201 import Suite
+from nni.tuner import Tuner
+
+from nni_hwaware.strategies.budget import Budget
+from nni_hwaware.strategies.ppo.config import PPOConfig
 
 DATA = Path(__file__).parent / "data"
 SPACE = "digits_tiny"
+NNI_TUNERS = ("random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
+STRATEGIES = ("ppo", "random_feasible", "random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
+CHECKPOINTS = (25, 50, 100)
 
 
-def _strategies(budget_ms: float, ppo: dict[str, Any]) -> dict[str, Callable[[int], Any]]:
+def tabular_suite(quantile: float = 1 / 3) -> Suite:
+    """The project's own benchmark, masked with the space's profiled cost table."""
+    from nni_hwaware.cost_model import as_space_model
+    from nni_hwaware.cost_table import CostModel, CostTable
+    from nni_hwaware.spaces import get_space_config
+
+    frame = pd.read_csv(DATA / f"tabular_{SPACE}.csv")
+    config = get_space_config(SPACE)
+    model = as_space_model(CostModel(CostTable.load(DATA / f"{SPACE}_table.csv"), config))[0]
+    choices = {s.label: list(s.candidates) for s in config.layer_specs()}
+    archs = list(frame[list(choices)].itertuples(index=False, name=None))
+    model_ms = np.array([model.predict(dict(zip(choices, a, strict=True))).latency_ms for a in archs])
+    measured = frame.latency_ms.to_numpy(float)
+    # The budget admits a third of the architectures under the cost model the search masks with.
+    return Suite("tabular", "tabular", choices, {a: i for i, a in enumerate(archs)}, frame.val_acc.to_numpy(float),
+                 measured, model_ms, float(np.quantile(model_ms, quantile)), model, len(frame))
+
+
+def suite_names() -> list[str]:
+    return ["tabular"] + [f"nb201/{d}/{s}/q{q:.2f}" for d in nb201.DEVICES for s in nb201.DATASETS
+                          for q in (1 / 3, 0.1)]
+
+
+@cache
+def _frame() -> pd.DataFrame:
+    return nb201.load()
+
+
+@cache
+def get_suite(name: str) -> Suite:
+    if name == "tabular":
+        return tabular_suite()
+    _, device, dataset, quantile = name.split("/")
+    return nb201.nb201_suite(_frame(), device, dataset, {"q0.33": 1 / 3, "q0.10": 0.1}[quantile])
+
+
+class CoreTuner(Tuner):
+    """:class:`PPOSearch` behind NNI's Tuner calls (what PPOTuner does, without its files)."""
+
+    def __init__(self, suite: Suite, ppo: dict[str, Any]) -> None:
+        from nni_hwaware.strategies.ppo.core import PPOSearch
+
+        self.search = PPOSearch(suite.model, Budget(latency_ms=suite.budget_ms), PPOConfig.from_dict(ppo))
+        self.sent: dict[int, dict[str, str]] = {}
+
+    def update_search_space(self, search_space: dict[str, Any]) -> None:
+        pass
+
+    def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, str]:
+        arch = self.search.ask()
+        if arch is None:
+            raise nni.NoMoreTrialError("every feasible architecture is tried")
+        self.sent[parameter_id] = arch
+        return dict(arch)
+
+    def receive_trial_result(self, parameter_id: int, parameters: Any, value: Any, **kwargs: Any) -> None:
+        self.search.tell(self.sent.pop(parameter_id), dict(value) if isinstance(value, dict) else {"default": value})
+
+
+def make_tuner(name: str, suite: Suite, seed: int, ppo: dict[str, Any]) -> Any:
     from nni.algorithms.hpo.random_tuner import RandomTuner
     from nni.algorithms.hpo.regularized_evolution_tuner import RegularizedEvolutionTuner
     from nni.algorithms.hpo.tpe_tuner import TpeTuner
 
-    from nni_hwaware.strategies.ppo.tuner import PPOTuner
+    if name == "ppo":
+        if suite.kind == "tabular":
+            from nni_hwaware.strategies.ppo.tuner import PPOTuner
 
-    class Evolution(RegularizedEvolutionTuner):
-        """NNI's regularised evolution takes ``layer_choice`` parameters, not ``choice``."""
-
-        def update_search_space(self, search_space: dict[str, Any]) -> None:
-            super().update_search_space({k: {**v, "_type": "layer_choice"} for k, v in search_space.items()})
-
-    def evolution(seed: int) -> Any:
+            return PPOTuner(SPACE, str(DATA / f"{SPACE}_table.csv"), budget={"latency_ms": suite.budget_ms},
+                            ppo={**ppo, "seed": seed})
+        return CoreTuner(suite, {**ppo, "seed": seed})
+    if name == "random":
+        return RandomTuner(seed=seed)
+    if name == "tpe":
+        return TpeTuner(optimize_mode="maximize", seed=seed)
+    if name == "regularized_evolution":
         random.seed(seed)  # NNI's evolution tuner draws from the global `random` module
         np.random.seed(seed)
-        return Evolution(optimize_mode="maximize", population_size=16, sample_size=4)
+        return RegularizedEvolutionTuner(optimize_mode="maximize", population_size=16, sample_size=4)
+    if name == "nni_ppo":
+        from rl_peers import nni_ppo_tuner
 
-    class RandomFeasible(RandomTuner):
-        """Random search that knows the budget: uniform over the untried architectures that fit."""
-
-        def __init__(self, seed: int) -> None:
-            super().__init__(seed=seed)
-            frame = pd.read_csv(DATA / f"tabular_{SPACE}.csv")
-            labels = [s.label for s in get_space_config(SPACE).layer_specs()]
-            fits = frame[frame.latency_ms <= budget_ms]
-            self.left = [dict(zip(labels, row, strict=True)) for row in fits[labels].itertuples(index=False)]
-            self.order = np.random.default_rng(seed).permutation(len(self.left))
-
-        def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, str]:
-            if parameter_id >= len(self.order):
-                raise nni.NoMoreTrialError()
-            return self.left[self.order[parameter_id]]
-
-    return {
-        "ppo": lambda seed: PPOTuner(SPACE, str(DATA / f"{SPACE}_table.csv"),
-                                     budget={"latency_ms": budget_ms}, ppo={**ppo, "seed": seed}),
-        "random": lambda seed: RandomTuner(seed=seed),
-        "tpe": lambda seed: TpeTuner(optimize_mode="maximize", seed=seed),
-        "regularized_evolution": evolution,
-        "random_feasible": RandomFeasible,
-    }
+        return nni_ppo_tuner(seed)
+    if name == "random_feasible":
+        return RandomFeasible(suite, seed)
+    raise ValueError(f"unknown strategy {name!r}")
 
 
-def run(tuner: Any, frame: pd.DataFrame, budget_ms: float, max_trials: int) -> dict[str, Any]:
+class RandomFeasible(Tuner):
+    """Random search that knows the budget: uniform over the untried feasible architectures."""
+
+    def __init__(self, suite: Suite, seed: int) -> None:
+        archs = [a for a, i in suite.rows.items() if suite.feasible[i]]
+        self.order = [archs[i] for i in np.random.default_rng(seed).permutation(len(archs))]
+        self.labels = suite.labels
+
+    def update_search_space(self, search_space: dict[str, Any]) -> None:
+        pass
+
+    def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, str]:
+        if parameter_id >= len(self.order):
+            raise nni.NoMoreTrialError()
+        return dict(zip(self.labels, self.order[parameter_id], strict=True))
+
+    def receive_trial_result(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def search_space(suite: Suite, kind: str = "choice") -> dict[str, Any]:
+    return {label: {"_type": kind, "_value": list(values)} for label, values in suite.choices.items()}
+
+
+def run(tuner: Any, suite: Suite, max_trials: int) -> dict[str, Any]:
     """A tuner through NNI's Tuner interface, each trial a table look-up."""
-    config = get_space_config(SPACE)
-    labels = [s.label for s in config.layer_specs()]
-    tuner.update_search_space({s.label: {"_type": "choice", "_value": list(s.candidates)}
-                               for s in config.layer_specs()})
-    lookup = frame.set_index(labels)
-    best_acc = frame[frame.latency_ms <= budget_ms].val_acc.max()
-    sequence: list[tuple[bool, float]] = []
-    decision_s = 0.0
+    layer = isinstance(tuner, nni.algorithms.hpo.regularized_evolution_tuner.RegularizedEvolutionTuner) or \
+        (type(tuner).__name__ == "PPOTuner" and type(tuner).__module__.startswith("nni.algorithms"))
+    tuner.update_search_space(search_space(suite, "layer_choice" if layer else "choice"))
+    sequence: list[int] = []
+    decide = learn = 0.0
     for trial in range(max_trials):
-        if trial >= 50 and any(fits and acc >= best_acc for fits, acc in sequence):
-            break  # the best is found and regret at 50 is known
+        if trial >= CHECKPOINTS[-1] and any(suite.feasible[i] and suite.accuracy[i] >= suite.best for i in sequence):
+            break  # the best is found and regret at 100 is known
         start = time.perf_counter()
         try:
             params = tuner.generate_parameters(trial)
         except nni.NoMoreTrialError:
             break
-        decision_s += time.perf_counter() - start
-        # NNI's evolution tuner answers layer_choice values as {"_value": name, "_idx": i}
-        blocks = [v.get("_value") if isinstance(v, dict) else v for v in (params[label] for label in labels)]
-        row = lookup.loc[tuple(blocks)]
-        fits = bool(row.latency_ms <= budget_ms)
-        sequence.append((fits, float(row.val_acc)))
-        metric = {"default": float(row.val_acc) if fits else 0.0, "latency_ms": float(row.latency_ms),
-                  "arch": json.dumps(dict(zip(labels, blocks, strict=True)))}
+        decide += time.perf_counter() - start
+        # NNI's layer_choice tuners answer {"_value": name, "_idx": i}
+        arch = tuple(str(v.get("_value") if isinstance(v, dict) else v) for v in (params[k] for k in suite.labels))
+        row = suite.rows[arch]
+        sequence.append(row)
+        metric = {"default": float(suite.accuracy[row]) if suite.feasible[row] else 0.0,
+                  "latency_ms": float(suite.measured_ms[row]), "arch": json.dumps(dict(zip(suite.labels, arch, strict=False)))}
+        start = time.perf_counter()
         tuner.receive_trial_result(trial, params, metric)
         tuner.trial_end(trial, True)
-    return summarise(sequence, frame, budget_ms, max_trials, decision_s)
+        learn += time.perf_counter() - start
+    return summarise(sequence, suite, max_trials, decide, learn)
 
 
-def summarise(sequence: list[tuple[bool, float]], frame: pd.DataFrame, budget_ms: float, max_trials: int,
-              seconds: float) -> dict[str, Any]:
-    """The figures of one run from its trials in order: (fits the budget, validation accuracy)."""
-    best_acc = frame[frame.latency_ms <= budget_ms].val_acc.max()
-    found_at = next((i + 1 for i, (fits, acc) in enumerate(sequence) if fits and acc >= best_acc), None)
-    window = sequence[: max(50, found_at or 0)]
-    best_50 = max([acc if fits else 0.0 for fits, acc in sequence[:50]], default=0.0)
-    return {"trials_to_best": found_at if found_at is not None else max_trials + 1,
-            "regret_at_50": float(best_acc - best_50), "over_budget": sum(not fits for fits, _ in window),
-            "decision_ms": 1000 * seconds / max(1, len(sequence))}
+def summarise(sequence: list[int], suite: Suite, max_trials: int, decide_s: float, learn_s: float) -> dict[str, Any]:
+    """The figures of one run from its trials in order (rows of the suite)."""
+    feasible = [bool(suite.feasible[i]) for i in sequence]
+    found = next((t + 1 for t, (i, ok) in enumerate(zip(sequence, feasible, strict=False)) if ok and suite.accuracy[i] >= suite.best),
+                 None)
+    out: dict[str, Any] = {"trials_to_best": found if found is not None else max_trials + 1}
+    for k in CHECKPOINTS:
+        best = max([float(suite.accuracy[i]) for i, ok in zip(sequence[:k], feasible[:k], strict=False) if ok], default=0.0)
+        out[f"regret_at_{k}"] = suite.best - best
+    out["over_budget_model"] = sum(not ok for ok in feasible)
+    out["over_budget_measured"] = sum(bool(suite.measured_ms[i] > suite.budget_ms) for i in sequence)
+    out["trials"] = len(sequence)
+    out["decision_ms"] = 1000 * decide_s / max(1, len(sequence))
+    out["result_ms"] = 1000 * learn_s / max(1, len(sequence))
+    return out
 
 
-def run_policy_based_rl(seed: int, frame: pd.DataFrame, budget_ms: float, max_trials: int) -> dict[str, Any]:
-    """NNI's PolicyBasedRL (extra ``baselines``) through its Strategy interface: NasExperiment on
-    NNI's sequential engine, each trial a table look-up."""
-    import torch
-    from nni.nas.evaluator import FunctionalEvaluator
-    from nni.nas.experiment import NasExperiment, NasExperimentConfig
-    from nni.nas.strategy import PolicyBasedRL
-
-    from nni_hwaware.spaces import BlockChoiceSpace
-
-    config = get_space_config(SPACE)
-    labels = [s.label for s in config.layer_specs()]
-    lookup = frame.set_index(labels)
-    sequence: list[tuple[bool, float]] = []
-
-    def evaluate(model: Any) -> None:
-        row = lookup.loc[tuple(model.arch[label] for label in labels)]
-        fits = bool(row.latency_ms <= budget_ms)
-        sequence.append((fits, float(row.val_acc)))
-        nni.report_final_result(float(row.val_acc) if fits else 0.0)
-
-    torch.manual_seed(seed)  # PolicyBasedRL draws from the global generators
-    np.random.seed(seed)
-    experiment = NasExperiment(BlockChoiceSpace(config.to_dict()), FunctionalEvaluator(evaluate),
-                               PolicyBasedRL(max_collect=max_trials, trial_per_collect=4),
-                               NasExperimentConfig("sequential", "raw"))
-    experiment.config.max_trial_number = max_trials
-    with tempfile.TemporaryDirectory() as tmp:
-        experiment.config.experiment_working_directory = tmp
-        start = time.perf_counter()
-        try:
-            experiment.run()
-        finally:
-            experiment.stop()
-    return summarise(sequence, frame, budget_ms, max_trials, time.perf_counter() - start)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--strategies", nargs="*")
-    parser.add_argument("--budget-quantile", type=float, default=1 / 3)
-    parser.add_argument("--ppo", default="{}", help="PPO options as JSON (see PPOConfig)")
-    args = parser.parse_args()
+def one_run(task: tuple[str, str, int, dict[str, Any]]) -> tuple[str, str, dict[str, Any]]:
+    suite_name, name, seed, ppo = task
     logging.getLogger("nni").setLevel(logging.ERROR)
-    frame = pd.read_csv(DATA / f"tabular_{SPACE}.csv")
-    budget_ms = float(frame.latency_ms.quantile(args.budget_quantile))
-    strategies = _strategies(budget_ms, json.loads(args.ppo))
-    names = [n for n in (args.strategies or list(strategies)) if n != "policy_based_rl"]
-    max_trials = len(frame)
-    out: dict[str, Any] = {"budget_ms": budget_ms, "feasible_share": float((frame.latency_ms <= budget_ms).mean()),
-                           "n_archs": len(frame), "seeds": args.seeds}
-    if args.strategies is None or "policy_based_rl" in args.strategies:
-        try:
-            import tianshou  # noqa: F401  (NNI's PolicyBasedRL needs it: pip install 'nni-hwaware[baselines]')
-            names = [*names, "policy_based_rl"]
-        except ImportError:
-            out["policy_based_rl"] = "skipped: pip install 'nni-hwaware[baselines]' (tianshou 0.4.11, gym 0.26.2)"
-    for name in names:
-        if name == "policy_based_rl":
-            runs = [run_policy_based_rl(seed, frame, budget_ms, max_trials) for seed in range(args.seeds)]
-        else:
-            runs = [run(strategies[name](seed), frame, budget_ms, max_trials) for seed in range(args.seeds)]
-        summary = {
-            "median_trials_to_best": statistics.median(r["trials_to_best"] for r in runs),
-            "mean_regret_at_50": statistics.mean(r["regret_at_50"] for r in runs),
-            "over_budget_trials": sum(r["over_budget"] for r in runs),
-            "decision_ms": statistics.mean(r["decision_ms"] for r in runs),
-            "not_found": sum(r["trials_to_best"] > max_trials for r in runs),
-        }
-        out[name] = summary
-        out[f"{name}_median_trials_to_best"] = summary["median_trials_to_best"]
-        print(name, json.dumps(summary), flush=True)
-    if "ppo" in out and "random" in out:
-        out["ratio_vs_random"] = out["ppo_median_trials_to_best"] / out["random_median_trials_to_best"]
-        out["regret_at_50"] = out["ppo"]["mean_regret_at_50"]
-        out["over_budget_trials"] = out["ppo"]["over_budget_trials"]
-        out["decision_ms"] = out["ppo"]["decision_ms"]
+    suite = get_suite(suite_name)
+    max_trials = suite.max_trials
+    if name == "policy_based_rl":
+        from rl_peers import run_policy_based_rl
+
+        return suite_name, name, run_policy_based_rl(suite, seed, max_trials, summarise)
+    return suite_name, name, run(make_tuner(name, suite, seed, ppo), suite, max_trials)
+
+
+def available(name: str) -> str | None:
+    """Why a strategy cannot run here (None: it can)."""
+    from rl_peers import missing
+
+    return missing(name)
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"median_trials_to_best": statistics.median(r["trials_to_best"] for r in runs),
+            **{f"mean_regret_at_{k}": statistics.mean(r[f"regret_at_{k}"] for r in runs) for k in CHECKPOINTS},
+            "over_budget_model": sum(r["over_budget_model"] for r in runs),
+            "over_budget_measured": sum(r["over_budget_measured"] for r in runs),
+            "decision_ms": statistics.median(r["decision_ms"] for r in runs),
+            "result_ms": statistics.median(r["result_ms"] for r in runs), "runs": len(runs)}
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.mean(math.log(v) for v in values)) if values else math.nan
+
+
+def headline(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The closing figures: PPO against random over the feasible set and against NNI's tuners."""
+    out: dict[str, Any] = {}
+    ratios, tabular, beats = [], [], {}
+    for name, result in suites.items():
+        ppo, masked = result.get("ppo"), result.get("random_feasible")
+        if not isinstance(ppo, dict):
+            continue
+        if isinstance(masked, dict):
+            a, b = ppo["mean_regret_at_100"], masked["mean_regret_at_100"]
+            ratios.append(1.0 if a == b == 0 else (a / b if b > 0 else math.inf))
+            if name.startswith("tabular"):
+                tabular.append(ppo["median_trials_to_best"] / masked["median_trials_to_best"])
+        others = {k: v for k, v in result.items() if k in NNI_TUNERS and isinstance(v, dict)}
+        beats[name] = all(ppo["mean_regret_at_100"] < v["mean_regret_at_100"] or
+                          (ppo["mean_regret_at_100"] == v["mean_regret_at_100"] and
+                           ppo["median_trials_to_best"] < v["median_trials_to_best"]) for v in others.values())
+    out["regret100_ratio_vs_masked_random"] = _geomean(ratios)
+    out["trials_to_best_ratio_vs_masked_random"] = _geomean(tabular)
+    out["over_budget_model"] = sum(r["ppo"]["over_budget_model"] for r in suites.values() if isinstance(r.get("ppo"), dict))
+    out["over_budget_measured"] = sum(r["ppo"]["over_budget_measured"] for r in suites.values()
+                                      if isinstance(r.get("ppo"), dict))
+    times = [r["ppo"]["decision_ms"] for r in suites.values() if isinstance(r.get("ppo"), dict)]
+    out["decision_ms"] = statistics.median(times) if times else math.nan
+    out["beats_every_nni_tuner"] = all(beats.values()) if beats else None
+    out["suites_not_beaten"] = [k for k, v in beats.items() if not v]
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--suites", nargs="*", help="suite names or prefixes (default: all)")
+    parser.add_argument("--strategies", nargs="*", choices=STRATEGIES)
+    parser.add_argument("--ppo", default="{}", help="PPO options as JSON (see PPOConfig), e.g. for ablations")
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes)")
+    parser.add_argument("--out", help="also write the per-suite figures here (JSON)")
+    parser.add_argument("--merge", nargs="*", default=[], help="per-suite figures of earlier runs (--out files)")
+    args = parser.parse_args(argv)
+    ppo = json.loads(args.ppo)
+    PPOConfig.from_dict(ppo)  # bad options: one clear line before any run
+    names = [s for s in suite_names() if not args.suites or any(s.startswith(p) for p in args.suites)]
+    strategies = list(args.strategies or STRATEGIES)
+    suites: dict[str, dict[str, Any]] = {s: {} for s in names}
+    for name in list(strategies):
+        why = available(name)
+        if why is not None:
+            strategies.remove(name)
+            for s in names:
+                suites[s][name] = f"skipped: {why}"
+    tasks = [(s, name, seed, ppo) for s in names for name in strategies for seed in range(args.seeds)]
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    mapper: Callable[..., Any]
+    with Pool(args.jobs, maxtasksperchild=50) if args.jobs > 1 else _Serial() as pool:
+        mapper = pool.imap_unordered if args.jobs > 1 else pool.imap
+        for suite_name, name, result in mapper(one_run, tasks):
+            runs.setdefault((suite_name, name), []).append(result)
+            if len(runs[(suite_name, name)]) == args.seeds:
+                suites[suite_name][name] = aggregate(runs[(suite_name, name)])
+                print(suite_name, name, json.dumps(suites[suite_name][name]), flush=True)
+    for path in args.merge:
+        for suite_name, result in json.loads(Path(path).read_text()).items():
+            for name, figures in result.items():
+                if isinstance(figures, dict) or name not in suites.setdefault(suite_name, {}):
+                    suites[suite_name][name] = figures
+    for s in names:
+        suites[s]["budget_ms"] = get_suite(s).budget_ms
+        suites[s]["feasible"] = int(get_suite(s).feasible.sum())
+    if args.out:
+        Path(args.out).write_text(json.dumps(suites, indent=1))
+    out = {"seeds": args.seeds, "ppo_options": {**ppo}, "suites": suites, **headline(suites)}
     print(json.dumps(out))
+    return out
+
+
+class _Serial:
+    """In-process stand-in for a Pool (``--jobs 1``)."""
+
+    def __enter__(self) -> _Serial:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    @staticmethod
+    def imap(func: Callable[..., Any], items: list[Any]) -> Any:
+        return map(func, items)
 
 
 if __name__ == "__main__":

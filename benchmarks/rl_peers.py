@@ -1,0 +1,102 @@
+"""NNI's own RL searchers on the search-efficiency suites, where their extra packages are installed.
+
+* ``policy_based_rl``: :class:`nni.nas.strategy.PolicyBasedRL` (tianshou 0.4.11 and
+  gym 0.26.2: ``pip install 'nni-hwaware[baselines]'``), through NasExperiment on
+  NNI's sequential engine over a space of one ``LayerChoice`` per label.
+* ``nni_ppo``: NNI's built-in HPO :class:`nni.algorithms.hpo.ppo_tuner.PPOTuner`
+  (TensorFlow's v1 compatibility API and gym: ``pip install tensorflow-cpu
+  gym==0.26.2``), on ``layer_choice`` search spaces, through the Tuner calls.
+
+Both need packages that conflict with each other (and pull their own torch or
+TensorFlow), so each is best run from an environment of its own, with
+``search_efficiency.py --strategies <name> --out FILE`` and the figures merged
+into the full run with ``--merge FILE``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import nni
+import numpy as np
+
+__all__ = ["missing", "nni_ppo_tuner", "run_policy_based_rl"]
+
+INSTALL = {
+    "policy_based_rl": ("tianshou", "pip install 'tianshou==0.4.11' 'gym==0.26.2' (an environment of its own)"),
+    "nni_ppo": ("tensorflow", "pip install tensorflow-cpu 'gym==0.26.2' (an environment of its own)"),
+}
+
+
+def missing(name: str) -> str | None:
+    """Why strategy ``name`` cannot run in this environment, or None."""
+    if name not in INSTALL:
+        return None
+    needed = [INSTALL[name][0], "gym"]
+    absent = [m for m in needed if importlib.util.find_spec(m) is None]
+    return f"{', '.join(absent)} not installed: {INSTALL[name][1]}" if absent else None
+
+
+def nni_ppo_tuner(seed: int) -> Any:
+    """NNI's HPO PPOTuner with its defaults (20 trials per update), seeded."""
+    import random
+
+    import tensorflow.compat.v1 as tf
+    from nni.algorithms.hpo.ppo_tuner import PPOTuner
+
+    random.seed(seed)
+    np.random.seed(seed)
+    tf.set_random_seed(seed)
+    return PPOTuner(optimize_mode="maximize")
+
+
+def run_policy_based_rl(suite: Any, seed: int, max_trials: int, summarise: Callable[..., dict[str, Any]]
+                        ) -> dict[str, Any]:
+    """PolicyBasedRL through NasExperiment (sequential engine), each trial a table look-up."""
+    import torch
+    from nni.nas.evaluator import FunctionalEvaluator
+    from nni.nas.experiment import NasExperiment, NasExperimentConfig
+    from nni.nas.nn.pytorch import LayerChoice, ModelSpace
+    from nni.nas.space import current_model
+    from nni.nas.strategy import PolicyBasedRL
+
+    class ChoiceSpace(ModelSpace):
+        """One labelled LayerChoice per label of the suite (the network itself is never run)."""
+
+        def __init__(self, choices: dict[str, list[str]]) -> None:
+            super().__init__()
+            sample = current_model()
+            self.arch = None if sample is None else {k: sample[k] for k in choices}
+            for label, values in choices.items():
+                names = values if sample is None else [sample[label]]
+                setattr(self, f"m_{label}", LayerChoice({v: torch.nn.Identity() for v in names}, label=label))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
+
+    sequence: list[int] = []
+    labels = suite.labels
+
+    def evaluate(model: Any) -> None:
+        row = suite.rows[tuple(str(model.arch[k]) for k in labels)]
+        sequence.append(row)
+        nni.report_final_result(float(suite.accuracy[row]) if suite.feasible[row] else 0.0)
+
+    torch.manual_seed(seed)  # PolicyBasedRL draws from the global generators
+    np.random.seed(seed)
+    experiment = NasExperiment(ChoiceSpace(suite.choices), FunctionalEvaluator(evaluate),
+                               PolicyBasedRL(max_collect=max_trials, trial_per_collect=4),
+                               NasExperimentConfig("sequential", "raw"))
+    experiment.config.max_trial_number = max_trials
+    with tempfile.TemporaryDirectory() as tmp:
+        experiment.config.experiment_working_directory = tmp
+        start = time.perf_counter()
+        try:
+            experiment.run()
+        finally:
+            experiment.stop()
+    return summarise(sequence, suite, max_trials, time.perf_counter() - start, 0.0)

@@ -14,7 +14,12 @@ It checks: NNI unpacked the code on the worker with none of the manager's files 
 repository's ``.nniignore``); every trial ran as the worker user in NNI's remote
 working directory; the experiment ends DONE with every trial succeeded; the tuner saw
 0 architecture mismatches; the report is on the manager's side. The experiment is
-stopped by id and sshd is killed whatever happens. About 2 minutes on 2 cores.
+stopped by id and sshd is killed whatever happens. About 2.5 minutes on 2 cores.
+
+The worker runs this interpreter (``pythonPath`` is its directory, e.g. the virtualenv's
+``bin``): it and its base interpreter must be readable and executable by other users,
+else the test fails at once with one line naming the directory closed to them.
+Skipped only where it cannot run: not root, or no sshd and no apt-get to install it.
 """
 
 from __future__ import annotations
@@ -189,7 +194,8 @@ def _check_run(exp: RunningExperiment, worker: SshWorker, config: dict[str, Any]
     assert Path("nni_hwaware/__init__.py") in files and Path(config["searchSpaceFile"]) in files, files[:20]
     table_name = Path(str(config["tuner"]["classArgs"].get("table", "cost_table.csv"))).name
     leaked = _managers_files(files, table_name)
-    assert not leaked, f"the manager's files were uploaded to the worker: {leaked[:20]}"
+    assert not leaked, (f"{len(leaked)} of the manager's files were uploaded to the worker, under "
+                        f"{sorted({Path(p).parts[0] for p in leaked})}: {leaked[:10]}")
 
     # Every trial ran as the worker user, in NNI's remote working directory.
     assert jobs, f"no trial started\n{describe()}"
@@ -210,3 +216,5 @@ def _check_run(exp: RunningExperiment, worker: SshWorker, config: dict[str, Any]
     assert stats["arch_mismatches"] == 0, stats
     report = hwaware / "report"
     assert report.is_dir() and any(report.iterdir()), f"no report in {report}\n{describe()}"
+    on_worker = {p.name for p in worker.env_dir(exp.id).glob("trials/**/*") if p.is_file()}
+    assert not on_worker & {p.name for p in report.iterdir()}, f"report files on the worker: {sorted(on_worker)}"

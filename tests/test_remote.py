@@ -41,8 +41,7 @@ import yaml
 from remote_service import SshWorker, skip_reason, ssh_worker
 
 from nni_hwaware.experiment import RunningExperiment, free_port, nnictl_path
-
-pytestmark = [pytest.mark.nnictl, pytest.mark.slow]
+from nni_hwaware.experiment.check import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SEARCH_TRIALS = 3
@@ -133,6 +132,26 @@ def _managers_files(files: list[Path], table_name: str) -> list[str]:
     return bad
 
 
+def test_remote_example_mirrors_the_main_job() -> None:
+    """examples/remote/config.yml is config.yml with its trials on remote machines."""
+    main = yaml.safe_load((ROOT / "config.yml").read_text(encoding="utf-8"))
+    remote = yaml.safe_load((ROOT / "examples" / "remote" / "config.yml").read_text(encoding="utf-8"))
+    assert remote["tuner"]["className"] == main["tuner"]["className"]
+    assert remote["tuner"]["classArgs"].keys() == main["tuner"]["classArgs"].keys()
+    assert remote["trialCommand"].split("#")[0].split() == main["trialCommand"].split()
+    assert remote["maxTrialNumber"] == remote["tuner"]["classArgs"]["search_trials"] + 1
+    base = ROOT / "examples" / "remote"
+    assert (base / remote["trialCodeDirectory"]).resolve() == ROOT  # uploaded with the root's .nniignore
+    assert (base / remote["searchSpaceFile"]).resolve() == (ROOT / main["searchSpaceFile"]).resolve()
+    assert (base / remote["experimentWorkingDirectory"]).resolve() == (ROOT / main["experimentWorkingDirectory"]).resolve()
+    assert remote["nniManagerIp"] and remote["trainingService"]["platform"] == "remote"
+    for machine in remote["trainingService"]["machineList"]:
+        assert machine.keys() >= {"host", "user", "sshKeyFile", "pythonPath"}
+    check_config(base / "config.yml")  # the tuner's classArgs, search space and trial command
+
+
+@pytest.mark.slow
+@pytest.mark.nnictl
 @pytest.mark.skipif(_skip is not None, reason=_skip or "")
 def test_main_job_on_remote_training_service(tmp_path: Path) -> None:
     started = time.monotonic()

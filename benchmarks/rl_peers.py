@@ -4,8 +4,8 @@
   gym 0.26.2: ``pip install 'nni-hwaware[baselines]'``), through NasExperiment on
   NNI's sequential engine over a space of one ``LayerChoice`` per label.
 * ``nni_ppo``: NNI's built-in HPO :class:`nni.algorithms.hpo.ppo_tuner.PPOTuner`
-  (TensorFlow's v1 compatibility API and gym: ``pip install tensorflow-cpu
-  gym==0.26.2``), on ``layer_choice`` search spaces, through the Tuner calls.
+  (TensorFlow's v1 compatibility API with Keras 2, and gym: ``pip install
+  tensorflow-cpu tf-keras gym==0.26.2``), on ``layer_choice`` search spaces, through the Tuner calls.
 
 Both need packages that conflict with each other (and pull their own torch or
 TensorFlow), so each is best run from an environment of its own, with
@@ -28,7 +28,7 @@ __all__ = ["missing", "nni_ppo_tuner", "run_policy_based_rl"]
 
 INSTALL = {
     "policy_based_rl": ("tianshou", "pip install 'tianshou==0.4.11' 'gym==0.26.2' (an environment of its own)"),
-    "nni_ppo": ("tensorflow", "pip install tensorflow-cpu 'gym==0.26.2' (an environment of its own)"),
+    "nni_ppo": ("tf_keras", "pip install tensorflow-cpu tf-keras 'gym==0.26.2' (an environment of its own)"),
 }
 
 
@@ -43,8 +43,10 @@ def missing(name: str) -> str | None:
 
 def nni_ppo_tuner(seed: int) -> Any:
     """NNI's HPO PPOTuner with its defaults (20 trials per update), seeded."""
+    import os
     import random
 
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf.layers of TF 1 need Keras 2 (tf-keras)
     import tensorflow.compat.v1 as tf
     from nni.algorithms.hpo.ppo_tuner import PPOTuner
 
@@ -61,7 +63,7 @@ def run_policy_based_rl(suite: Any, seed: int, max_trials: int, summarise: Calla
     from nni.nas.evaluator import FunctionalEvaluator
     from nni.nas.experiment import NasExperiment, NasExperimentConfig
     from nni.nas.nn.pytorch import LayerChoice, ModelSpace
-    from nni.nas.space import current_model
+    from nni.nas.space.frozen import current_model, model_context
     from nni.nas.strategy import PolicyBasedRL
 
     class ChoiceSpace(ModelSpace):
@@ -69,6 +71,7 @@ def run_policy_based_rl(suite: Any, seed: int, max_trials: int, summarise: Calla
 
         def __init__(self, choices: dict[str, list[str]]) -> None:
             super().__init__()
+            self.choices = choices
             sample = current_model()
             self.arch = None if sample is None else {k: sample[k] for k in choices}
             for label, values in choices.items():
@@ -78,6 +81,10 @@ def run_policy_based_rl(suite: Any, seed: int, max_trials: int, summarise: Calla
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x
 
+        def freeze(self, sample: dict[str, Any]) -> ChoiceSpace:
+            with model_context(sample):
+                return ChoiceSpace(self.choices)
+
     sequence: list[int] = []
     labels = suite.labels
 
@@ -86,6 +93,10 @@ def run_policy_based_rl(suite: Any, seed: int, max_trials: int, summarise: Calla
         sequence.append(row)
         nni.report_final_result(float(suite.accuracy[row]) if suite.feasible[row] else 0.0)
 
+    import nni.nas.strategy.base as strategy_base
+
+    # The strategy polls for a free worker once a second; a table look-up needs no wait (no decision changes).
+    strategy_base.time = _FastClock()  # type: ignore[attr-defined]
     torch.manual_seed(seed)  # PolicyBasedRL draws from the global generators
     np.random.seed(seed)
     experiment = NasExperiment(ChoiceSpace(suite.choices), FunctionalEvaluator(evaluate),
@@ -100,3 +111,14 @@ def run_policy_based_rl(suite: Any, seed: int, max_trials: int, summarise: Calla
         finally:
             experiment.stop()
     return summarise(sequence, suite, max_trials, time.perf_counter() - start, 0.0)
+
+
+class _FastClock:
+    """``time`` for NNI's strategy loop with its one-second poll shortened to 10 ms."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(min(seconds, 0.01))

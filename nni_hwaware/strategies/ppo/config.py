@@ -41,6 +41,9 @@ class PPOConfig:
     entropy_coef_final: float = 0.005
     """beta after ``entropy_decay_updates`` updates (linear annealing)."""
     entropy_decay_updates: int = 100
+    entropy_floor: float = 0.5
+    """Share of the most entropy (log of the allowed values) each decision keeps: below it the loss
+    pushes back (0: no floor)."""
     hidden: int = 64
     """Width of the actor-critic MLP."""
     reward: str = "accuracy"
@@ -78,6 +81,8 @@ class PPOConfig:
             raise HwAwareError(f"reward_norm must be 'rank', 'zscore' or 'raw', got {self.reward_norm!r}")
         if self.surrogate not in ("gp", "none"):
             raise HwAwareError(f"surrogate must be 'gp' or 'none', got {self.surrogate!r}")
+        if not 0.0 <= self.entropy_floor < 1.0:
+            raise HwAwareError(f"PPO option entropy_floor must be in [0, 1), got {self.entropy_floor}")
         if not 0.0 <= self.explore <= 1.0:
             raise HwAwareError(f"PPO option explore must be in [0, 1], got {self.explore}")
         for name in ("replay_best", "warmup"):

@@ -53,6 +53,8 @@ __all__ = ["REWARDS", "PPOConfig", "PPOSearch", "reward_of"]
 _ENUMERATE_LIMIT = 20_000
 #: The surrogate conditions on at most this many results (the best half and the newest half).
 _SURROGATE_LIMIT = 600
+#: Weight of the entropy floor's shortfall in the loss (large: a constraint more than a bonus).
+_FLOOR_WEIGHT = 5.0
 #: Share of a budget a value's feature is capped at (infeasible values read as this).
 _FEATURE_CAP = 2.0
 
@@ -349,6 +351,7 @@ class PPOSearch:
 
             L = -\mathbb{E}\big[\min(\rho_t A_t, \mathrm{clip}(\rho_t, 1-\epsilon, 1+\epsilon) A_t)\big]
                 + c\,\mathbb{E}\big[(V(s_t) - R_t)^2\big] - \beta\,\mathbb{E}[H(\pi(\cdot|s_t))]
+                + w\,\mathbb{E}\big[\max(0,\ f \log|\mathcal{A}(s_t)| - H(\pi(\cdot|s_t)))\big]
 
         with :math:`\rho_t = \pi_\theta(a_t|s_t) / \pi_{old}(a_t|s_t)`, the Monte Carlo
         return :math:`R_t` = the episode's reward (it arrives at the end, undiscounted)
@@ -356,7 +359,10 @@ class PPOSearch:
         :math:`\Phi^{-1}((\mathrm{rank}+1/2)/n)` by default), and the advantage
         :math:`A_t = R_t - V(s_t)` (the critic as baseline, values taken before the
         update; normalised over the batch only with raw rewards). The batch also
-        replays the ``replay_best`` best architectures so far.
+        replays the ``replay_best`` best architectures so far. The last term is an
+        entropy floor: each state's policy keeps at least a share :math:`f` of the
+        entropy its allowed values :math:`\mathcal{A}(s_t)` permit (``entropy_floor``), so the
+        policy never collapses onto a few architectures (already tried or in flight).
         """
         scores = self._scores()
         batch = list(episodes)
@@ -377,6 +383,8 @@ class PPOSearch:
         if self.config.reward_norm == "raw" and len(advantages) > 1 and advantages.std() > 1e-8:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         beta = self.entropy_coef()
+        # The entropy floor: a share of the most entropy each state allows (log of its allowed values).
+        floor = self.config.entropy_floor * torch.log(masks.sum(dim=1).clamp(min=1).float())
         for _ in range(self.config.epochs):
             dist, value = self.policy(states, masks)
             logp = dist.log_prob(actions)
@@ -386,8 +394,10 @@ class PPOSearch:
             clipped = torch.clamp(ratio, 1 - self.config.clip, 1 + self.config.clip)
             actor_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
             critic_loss = ((value - returns) ** 2).mean()
-            entropy = dist.entropy().mean()
-            loss = actor_loss + self.config.value_coef * critic_loss - beta * entropy
+            entropies = dist.entropy()
+            entropy = entropies.mean()
+            shortfall = torch.relu(floor - entropies).mean()
+            loss = actor_loss + self.config.value_coef * critic_loss - beta * entropy + _FLOOR_WEIGHT * shortfall
             if not torch.isfinite(loss):
                 break  # never step on a non-finite loss: the policy stays usable
             self.optimizer.zero_grad()

@@ -4,7 +4,9 @@ Runs the main job as a user would (``nni-hwaware create --config config.yml``, h
 a free port with the experiment files in a temporary directory), waits for it,
 and prints one JSON object on its last line: wall time, number of trials, the
 best trial's validation accuracy and predicted latency, and the retrained best
-network against the retrained baseline (test accuracy, measured latency).
+network against the retrained baseline: test accuracy, the latency ratio timed
+interleaved (A B, B A, ... for 10 rounds) with its 95 % interval, the measured
+memory ratio, the predicted ratios, and any warning the comparison raised.
 """
 
 from __future__ import annotations
@@ -40,13 +42,18 @@ def main() -> None:
         search = [m for m in metrics if not m.get("retrain")]
         final = next((m for m in metrics if m.get("retrain")), {})
         best = max(search, key=lambda m: m["default"]) if search else {}
+        found = json.loads(final["results"])["found"] if final.get("results") else {}
+        predicted = (found.get("extra") or {}).get("vs_baseline", {})  # measured interleaved, and predicted
         print(json.dumps({
             "status": status, "wall_s": round(seconds, 1), "trials": len(jobs),
             "succeeded": sum(j["status"] == "SUCCEEDED" for j in jobs),
             "best_val_top1": best.get("default"), "best_predicted_latency_ms": best.get("latency_ms"),
             "found_test_top1": final.get("default"), "baseline_test_top1": final.get("baseline_test_top1"),
             "found_latency_ms": final.get("latency_ms"), "baseline_latency_ms": final.get("baseline_latency_ms"),
-            "latency_ratio": final.get("latency_ratio"), "memory_ratio": final.get("memory_ratio"),
+            "latency_ratio": final.get("latency_ratio"),
+            "latency_ratio_ci95": [final.get("latency_ratio_ci95_low"), final.get("latency_ratio_ci95_high")],
+            "memory_ratio": final.get("memory_ratio"), "predicted_latency_ratio": predicted.get("latency_ratio"),
+            "predicted_memory_ratio": predicted.get("memory_ratio"), "warnings": predicted.get("warnings", []),
         }))
 
 

@@ -60,6 +60,13 @@ ways. Each fix here has a test in ``tests/test_nni_fixes.py`` that fails without
     own error command (``ER``, ``MsgDispatcherBase.report_error``) through the
     dispatcher that handed the tuner its trial callback: the manager logs the reason
     ("Dispatcher error: ...") and sets the experiment's status to ERROR.
+12. When a tuner answers fewer trials than the manager asked for, NNI 3.0's dispatcher
+    (``MsgDispatcher.handle_request_trial_jobs``) says "no more" with the *first*
+    requested parameter id, and its bookkeeping (``_trial_params``) then replaces the
+    parameters just sent under that id with ``''``: the tuner later receives that
+    trial's result with ``''`` as its parameters. It happens whenever two trials end
+    in one poll and the tuner can give only one more (e.g. the retraining must wait).
+    :func:`fix_no_more_trial_packing` makes "no more" use the first id not answered.
 """
 
 from __future__ import annotations
@@ -77,6 +84,7 @@ __all__ = [
     "check_environment",
     "check_pkg_resources",
     "check_versions",
+    "fix_no_more_trial_packing",
     "forward_masks",
     "import_nni_nas",
     "next_parameters",
@@ -385,3 +393,32 @@ def report_experiment_error(trial_callback: Any, message: str) -> bool:
         return False
     report(message)
     return True
+
+
+# -- 12. "no more trials" must not overwrite the parameters of a trial just sent --------
+
+
+def _handle_request_trial_jobs(self: Any, data: int) -> None:
+    """NNI's ``MsgDispatcher.handle_request_trial_jobs``, saying "no more" with an unanswered id (fix 12)."""
+    from nni.runtime import msg_dispatcher as md
+
+    ids = [md._create_parameter_id() for _ in range(data)]
+    params_list = self.tuner.generate_multiple_parameters(ids, st_callback=self.send_trial_callback)
+    for i, params in enumerate(params_list):
+        self.send(md.CommandType.NewTrialJob, md._pack_parameter(ids[i], params))
+    if len(params_list) < len(ids):
+        self.send(md.CommandType.NoMoreTrialJobs, md._pack_parameter(ids[len(params_list)], ""))
+
+
+#: NNI's own handler, kept when :func:`fix_no_more_trial_packing` replaces it.
+_NNI_REQUEST_HANDLER: Any = None
+
+
+def fix_no_more_trial_packing() -> None:
+    """Patch NNI's dispatcher (fix 12); done when the package's tuner is imported (in the dispatcher)."""
+    global _NNI_REQUEST_HANDLER
+    from nni.runtime import msg_dispatcher as md
+
+    if md.MsgDispatcher.handle_request_trial_jobs is not _handle_request_trial_jobs:
+        _NNI_REQUEST_HANDLER = md.MsgDispatcher.handle_request_trial_jobs
+        md.MsgDispatcher.handle_request_trial_jobs = _handle_request_trial_jobs

@@ -230,6 +230,29 @@ def _closed_dirs(path: Path) -> list[str]:
     return closed
 
 
+@contextlib.contextmanager
+def traversable(path: Path) -> Iterator[list[Path]]:
+    """Open the directories on the way to ``path`` (and to what it links to) for traversal by other
+    users (``o+x``: enter, not list) while the context lasts, then restore their modes.
+
+    The worker runs the tests' Python; where it lives under a private home (a pyenv under
+    ``/root``, mode 700), the worker could not reach it.
+    """
+    opened: list[tuple[Path, int]] = []
+    try:
+        for target in dict.fromkeys((Path(path).absolute(), Path(path).resolve())):
+            for parent in reversed(target.parents):
+                mode = parent.stat().st_mode & 0o7777
+                if not mode & 0o001 and parent not in [p for p, _ in opened]:
+                    parent.chmod(mode | 0o001)
+                    opened.append((parent, mode))
+        yield [p for p, _ in opened]
+    finally:
+        for parent, mode in reversed(opened):
+            with contextlib.suppress(OSError):
+                parent.chmod(mode)
+
+
 def _sshd_config(path: Path, port: int, host_key: Path, user: str) -> None:
     path.write_text("\n".join([
         f"Port {port}",
@@ -288,7 +311,9 @@ def ssh_worker(tmp: Path, *, python_dir: Path | None = None, user: str = WORKER,
         proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
     worker = SshWorker(account, port, key, Path(python_dir or Path(sys.executable).parent), log)
+    opened = contextlib.ExitStack()
     try:
+        opened.enter_context(traversable(worker.python_dir / "python"))
         deadline = time.monotonic() + timeout
         while not _port_open(port):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -300,6 +325,7 @@ def ssh_worker(tmp: Path, *, python_dir: Path | None = None, user: str = WORKER,
         for experiment_id in worker.experiments:
             worker.cleanup(experiment_id)
         _stop(proc)
+        opened.close()
         keys.unlink(missing_ok=True)
         if made_privsep:
             with contextlib.suppress(OSError):

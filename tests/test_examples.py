@@ -99,9 +99,19 @@ def test_cifar_gumbel_configs_load(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("change", "message"),
+    # a typo in every section of the search job, each one line before anything starts
     [({"space": "imagenet"}, "unknown space 'imagenet'"),
+     ({"space_args": {"widht": 2}}, "widht"),
+     ({"budjet": {}}, "unknown tuner classArgs keys ['budjet']"),
+     ({"batch_size": "one"}, "cost batch_size must be an integer >= 1"),
+     ({"budget": {"latency_mss": "60%"}}, "unknown budget keys ['latency_mss']"),
+     ({"budget": {"memory_mb": "60"}}, "budget memory_mb must be a positive number or a percentage"),
+     ({"prune": {"mode": "top-k", "topp": 4}}, "unknown prune options ['topp']"),
+     ({"prune": {"mode": "top-k"}}, "prune mode top-k needs top"),
      ({"ppo": {"sed": 1}}, "unknown PPO options ['sed']"),
-     ({"budjet": {}}, "unknown PPOTuner classArgs ['budjet']"),
+     ({"train": {"epochz": 1}}, "unknown training options ['epochz']"),
+     ({"retrain": {"epocs": 1}}, "unknown training options ['epocs']"),
+     ({"search_trials": 0}, "search_trials must be an integer >= 1"),
      ({"budget": {"latency_ms": 1e-6}}, "no architecture of space 'digits' fits the budget")],
 )
 def test_check_config_names_what_is_wrong(tmp_path: Path, change: dict, message: str,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -294,3 +295,48 @@ def test_a_block_without_a_formula_takes_its_dry_run_shape() -> None:
                                 torch.nn.Mish())  # Mish: no NNI formula
     shapes = submodule_input_output_shapes(block, ShapeTensor(torch.randn(1, 3, 9, 9), True))
     assert tuple(shapes["2"][1]) == (1, 8, 4, 4)
+
+
+class _Recorder:
+    """A dispatcher's ``self`` for NNI's handler: a tuner that answers one of two requests, and ``send``."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[object, dict]] = []
+
+        class OneTrial:
+            def generate_multiple_parameters(self, ids: list, **kwargs: object) -> list:
+                return [{"x": 1}]
+
+        self.tuner = OneTrial()
+
+    def send(self, command: object, data: str) -> None:
+        self.sent.append((command, json.loads(data)))
+
+    def send_trial_callback(self, parameter_id: int, params: dict) -> None:  # pragma: no cover
+        raise AssertionError("not used")
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_fix_12_no_more_trials_keeps_the_parameters_just_sent(fixed: bool) -> None:
+    from nni.runtime import msg_dispatcher as md
+
+    original = nni_fixes._NNI_REQUEST_HANDLER or md.MsgDispatcher.handle_request_trial_jobs
+    handler = nni_fixes._handle_request_trial_jobs if fixed else original
+    dispatcher = _Recorder()
+    first = md._next_parameter_id
+    handler(dispatcher, 2)
+    [(new, trial), (no_more, rest)] = dispatcher.sent
+    assert new == md.CommandType.NewTrialJob and no_more == md.CommandType.NoMoreTrialJobs
+    assert trial["parameter_id"] == first
+    if fixed:  # "no more" names the unanswered id; the trial's parameters stay known
+        assert rest["parameter_id"] == first + 1 and md._trial_params[first] == {"x": 1}
+    else:  # NNI 3.0: the trial just sent loses its parameters
+        assert rest["parameter_id"] == first and md._trial_params[first] == ""
+
+
+def test_fix_12_is_applied_when_the_tuner_is_imported() -> None:
+    from nni.runtime import msg_dispatcher as md
+
+    import nni_hwaware.strategies.ppo.tuner  # noqa: F401
+
+    assert md.MsgDispatcher.handle_request_trial_jobs is nni_fixes._handle_request_trial_jobs

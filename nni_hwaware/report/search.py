@@ -23,7 +23,7 @@ from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import read_json, write_json
 from nni_hwaware.training.results import ModelResult
 
-__all__ = ["best_trial", "render_search_report", "write_search_report"]
+__all__ = ["best_trial", "render_search_report", "write_retrain_report", "write_search_report"]
 
 
 def best_trial(trials: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
@@ -44,6 +44,24 @@ def write_search_report(out_dir: str | os.PathLike[str], baseline: ModelResult, 
     paths = {"results": write_json(out / "results.json", results)}
     paths.update(render_search_report(out / "results.json", out))
     return paths
+
+
+def write_retrain_report(out_dir: str | os.PathLike[str], metric: Mapping[str, Any],
+                         trials: Sequence[Mapping[str, Any]], *, budget: Mapping[str, Any] | None = None
+                         ) -> tuple[dict[str, Path], list[str]]:
+    """The report from the retraining trial's final metric (``results``: both networks, see
+    :func:`nni_hwaware.trial.run.retrain_metrics`); returns the paths and the comparison's warnings."""
+    import json
+
+    try:
+        results = json.loads(metric["results"])
+        baseline, found = ModelResult.from_dict(results["baseline"]), ModelResult.from_dict(results["found"])
+    except (KeyError, TypeError, json.JSONDecodeError) as err:
+        raise HwAwareError(f"the retraining trial's result has no readable 'results' ({err}); the tuner and "
+                           "the trial must be the same nni-hwaware version") from None
+    paths = write_search_report(out_dir, baseline, found, trials, budget=budget,
+                                baseline_predicted_ms=baseline.predicted_latency_ms)
+    return paths, list(found.extra.get("vs_baseline", {}).get("warnings", []))
 
 
 def render_search_report(results_file: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Path]:

@@ -108,10 +108,15 @@ class CostConfig:
     threads: int | None = 1
     #: Timing runs per retrained network (its latency is their median).
     repeats: int = 3
+    #: Alternating timing rounds of a found network and the baseline (A B, B A, ...): their
+    #: latency ratio and its 95 % interval (:func:`nni_hwaware.training.compare_with_baseline`).
+    rounds: int = 10
 
     def __post_init__(self) -> None:
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
             raise HwAwareError(f"cost repeats must be an integer >= 1, got {self.repeats!r}")
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 2:
+            raise HwAwareError(f"cost rounds must be an integer >= 2, got {self.rounds!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise HwAwareError(f"cost threads must be an integer >= 1 (or null), got {self.threads!r}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:

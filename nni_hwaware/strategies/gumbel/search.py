@@ -255,7 +255,20 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
     baseline = retrain(space.baseline(), "baseline") if config.baseline else None  # the reference network
     sweep = [results[a] for a in config.sweep.alphas]
     files: dict[str, str] = {}
-    if baseline is not None:
+    if baseline is not None:  # each found network timed interleaved with the baseline, in this process
+        from nni_hwaware.training import compare_with_baseline
+
+        cost = config.cost
+        timing = {"rounds": cost.rounds, "batch_size": cost.batch_size, "backend": cost.backend,
+                  "threads": cost.threads, "seed": config.seed}
+        baseline_main, main = compare_with_baseline(space, baseline, main, **timing)
+        sweep = [compare_with_baseline(space, baseline, r, **timing)[1] for r in sweep]
+        baseline = baseline_main
+        for result in (main, *sweep):
+            for line in result.extra["vs_baseline"]["warnings"]:
+                log(f"{result.name}: {line}")
+        main.save(out / "results" / "searched.json")
+        baseline.save(out / "results" / "baseline.json")
         files = {k: str(v) for k, v in write_report(out / "report", baseline, [main], sweep=sweep).items()}
     summary = {
         "space": space.name, "chip": cost_model.chip, "alpha": config.penalty.alpha,

@@ -27,7 +27,7 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["ALL_FAILED_AFTER", "RESULT_GRACE_S", "TrialRecords", "metrics_of"]
+__all__ = ["ALL_FAILED_AFTER", "RESULT_GRACE_S", "TrialRecords", "load_state", "metrics_of", "save_state"]
 
 #: Seconds a trial NNI reports as succeeded has to deliver its final result before it counts as failed.
 RESULT_GRACE_S = 60.0
@@ -130,8 +130,48 @@ class TrialRecords:
         self.results = [dict(r) for r in state.get("results", [])]
         self.retrain_sent = bool(state.get("retrain_sent", False))
 
+    def imported(self, data: list[Any], check: Callable[[Mapping[str, Any]], dict[str, Any]]
+                 ) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
+        """``(arch, metrics or None: failed)`` of each search result in NNI's ``import_data`` records;
+        a retraining trial's record marks it as sent; foreign records are skipped (logged by the caller)."""
+        out = []
+        for record in data:
+            parameters = record.get("parameter") if isinstance(record, Mapping) else None
+            if not isinstance(parameters, Mapping):
+                continue
+            if "retrain" in (parameters.get("_hwaware") or {}):
+                self.retrain_sent = True
+                continue
+            try:
+                arch = self.arch_of(None, parameters, record.get("value"), check)
+            except HwAwareError:
+                continue
+            out.append((arch, metrics_of(record.get("value"))))
+        return out
+
     def stats(self, decisions: int, decision_seconds: float, results: int, in_flight: int) -> dict[str, Any]:
         """Decisions, results and failures so far (``tuner_stats.json``)."""
         return {"decisions": decisions, "decision_seconds": decision_seconds, "results": results,
                 "failed": self.failures(), "in_flight": in_flight, "arch_mismatches": self.mismatches,
                 "pid": os.getpid()}
+
+
+def save_state(path: str, state: Mapping[str, Any]) -> None:
+    """Write the search state atomically (tensors and plain containers)."""
+    import torch
+
+    from nni_hwaware.files import atomic_open
+
+    with atomic_open(path, "wb") as fh:
+        torch.save(dict(state), fh)
+
+
+def load_state(path: str) -> dict[str, Any]:
+    """Read a state :func:`save_state` wrote; never unpickles objects (``weights_only``)."""
+    import torch
+
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as err:
+        raise HwAwareError(f"cannot read the PPO state {path}: {' '.join(str(err).split())[:200]}"
+                           "; delete it to start the search afresh") from None

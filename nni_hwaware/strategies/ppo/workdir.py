@@ -42,3 +42,19 @@ def output_dir() -> Path:
     """``<experiment dir>/hwaware`` under NNI, ``./hwaware-outputs`` otherwise."""
     log_dir = os.environ.get("NNI_LOG_DIRECTORY")
     return Path(log_dir).resolve().parent / "hwaware" if log_dir else Path.cwd() / "hwaware-outputs"
+
+
+def tuner_files(space: str, table: str | None, state_file: str | None) -> tuple[str, str, str | None, Path]:
+    """The space (a JSON file resolved), the cost table, the state file and the output directory of a
+    tuner; a file the tuner would write outside the experiment working directory is an error."""
+    out = output_dir()
+    if space.endswith(".json"):
+        space = str(resolve(space))
+    table = str(resolve(table)) if table else str(out / "cost_table.csv")
+    if not Path(table).exists():  # profiled at start and written there
+        writable(Path(table), "cost table")
+    if state_file:
+        state_file = str(writable(resolve(state_file), "state_file"))
+    elif experiment_root() is not None:
+        state_file = str(out / "ppo_state.pt")
+    return space, table, state_file, out

@@ -1,0 +1,220 @@
+"""One multi-trial PPO search, driven by trial events: the work behind the NNI Tuner, free of NNI.
+
+A :class:`SearchSession` holds the :class:`~nni_hwaware.strategies.job.SearchJob`,
+the cost models, the :class:`~nni_hwaware.strategies.ppo.core.PPOSearch` and the
+:class:`~nni_hwaware.strategies.ppo.records.TrialRecords`. It turns proposals into
+self-contained :class:`~nni_hwaware.trial.parameters.TrialParameters`, learns from
+results and trial ends, and decides when the final retraining trial is due: after
+``search_trials`` proposals (or when every architecture under the budget was
+proposed), once every search result is in. It saves its state after every event
+and writes ``trials.json`` / ``tuner_stats.json`` and the report on the manager's
+side. :class:`~nni_hwaware.strategies.ppo.tuner.PPOTuner` translates NNI's calls.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.files import write_json
+from nni_hwaware.strategies.job import SearchJob
+from nni_hwaware.strategies.ppo.records import (
+    ALL_FAILED_AFTER,
+    TrialRecords,
+    load_state,
+    metrics_of,
+    save_state,
+)
+
+__all__ = ["NoProposal", "SearchFailed", "SearchSession"]
+
+_logger = logging.getLogger("nni_hwaware.ppo")
+
+
+class NoProposal(Exception):
+    """No trial to send now: the search is over, or (``waiting``) the retraining waits for results."""
+
+    def __init__(self, why: str, waiting: bool = False) -> None:
+        super().__init__(why)
+        self.waiting = waiting
+
+
+class SearchFailed(HwAwareError):
+    """The search cannot go on (every trial failed): the experiment must stop with this error."""
+
+
+class SearchSession:
+    """See the module docstring; ``named`` is the resolved space, ``output_dir`` the manager's folder."""
+
+    def __init__(self, job: SearchJob, named: Any, output_dir: Path, *, write_files: bool) -> None:
+        self.job, self.named, self.output_dir, self.write_files = job, named, output_dir, write_files
+        self.records, self.search, self.model = TrialRecords(), None, None
+        self.exhausted = False  # every architecture under the budget was proposed
+        self.resumed: set[tuple[int, ...]] = set()  # in flight at a resume: NNI never reports their failure
+
+    def start(self, search_space: Mapping[str, Any], initial_state: Mapping[str, Any] | None,
+              rerun_in_flight: bool) -> None:
+        """Load (or profile) the costs, restrict and prune to ``search_space``, resume from a state."""
+        from nni_hwaware.spaces.choices import allowed_values
+        from nni_hwaware.strategies.job import load_cost_model
+        from nni_hwaware.strategies.ppo.core import PPOSearch
+
+        self.full = load_cost_model(self.named, self.job.cost, self.output_dir / "cost_table.csv")
+        allowed = allowed_values(search_space, self.full.choices(), self.named.name)
+        self.model, self.budget, self.reference = self.job.search_model(self.named, self.full, allowed)
+        self.search = PPOSearch(self.model, self.budget, self.job.ppo)
+        state_file = self.job.state_file
+        if initial_state is None and state_file and Path(state_file).exists():  # saved at every event: the newest
+            initial_state = load_state(state_file)
+        if initial_state is not None:
+            self.search.load_state_dict(initial_state)
+            self.records.load(initial_state.get("tuner") or {})
+            if not rerun_in_flight:
+                self.search.pending.clear()  # nobody reruns them: propose them again
+            self.resumed = set(self.search.pending)
+            _logger.info("resumed the PPO search: %d results, %d architectures in flight",
+                         len(self.search.history.order), len(self.search.pending))
+        _logger.info("PPO search on chip %s under %s", self.model.chip, self.budget.limits())
+
+    def ready(self) -> Any:
+        if self.search is None:
+            raise HwAwareError("the tuner got no search space; set searchSpace/searchSpaceFile in the config")
+        return self.search
+
+    def state_dict(self) -> dict[str, Any]:
+        """The search's state, plus under ``tuner`` the trial records."""
+        return {**self.ready().state_dict(), "tuner": self.records.state()}
+
+    # -- proposing ---------------------------------------------------------------------
+    def propose(self, parameter_id: int) -> dict[str, Any]:
+        """NNI parameters of the next trial; :class:`NoProposal` when there is none now."""
+        search = self.ready()
+        self._settle_dead()
+        if not self.retrain_due() and not self._search_done():
+            arch = search.ask()
+            if arch is not None:
+                self.records.send(parameter_id, arch)
+                self._save_state()  # in flight from now on: a resumed search must not propose it again
+                return self._parameters(arch).to_dict()
+            self.exhausted = True
+        if not self.retrain_due():
+            raise NoProposal("every architecture under the budget has been tried" if self.exhausted
+                             else f"the search made its {self.job.search_trials} trials")
+        if not self.retrain_ready():
+            raise NoProposal("the retraining waits for the last search results", waiting=True)
+        return self.retrain_parameters()
+
+    def _search_done(self) -> bool:
+        search = self.ready()
+        searched = len(search.history.order) + len(search.pending)
+        return self.exhausted or (self.job.search_trials is not None and searched >= self.job.search_trials)
+
+    def retrain_due(self) -> bool:
+        """Whether the retraining trial is next: the search is over, and it was not sent."""
+        search = self.ready()
+        return (self.job.retrain is not None and not self.records.retrain_sent
+                and bool(search.history.order or search.pending) and self._search_done())
+
+    def retrain_ready(self) -> bool:
+        """Whether every search result is in (the reruns of a resume are not waited for)."""
+        return self.retrain_due() and not set(self.ready().pending) - self.resumed
+
+    def _parameters(self, arch: dict[str, Any], **extra: Any) -> Any:
+        from nni_hwaware.trial.parameters import TrialParameters
+
+        return TrialParameters(arch=arch, space=self.job.space, space_args=self.job.space_args,
+                               dataset=self.named.dataset, chip=self.model.chip,
+                               costs=self.model.predict(arch).metrics() if arch else {},
+                               **{"train": self.job.train, **extra})
+
+    def retrain_parameters(self) -> dict[str, Any]:
+        """The last trial: the search history, the baseline and its predicted costs, the retraining options."""
+        from nni_hwaware.trial.parameters import RetrainJob
+
+        if not any(r.get("status") != "failed" for r in self.records.results):
+            raise SearchFailed("every search trial failed; nothing to retrain")
+        self.records.retrain_sent = True
+        self._save_state()
+        job = RetrainJob(history=self.records.history(), baseline=dict(self.reference),
+                         baseline_costs=self.full.predict(self.reference).metrics())
+        return self._parameters({}, train=self.job.retrain, retrain=job).to_dict()
+
+    # -- results ---------------------------------------------------------------------
+    def result(self, parameter_id: int | None, parameters: Mapping[str, Any], value: Any) -> None:
+        """A trial's final result (the retraining trial's: write the report)."""
+        from nni_hwaware.trial.parameters import KEY
+
+        if "retrain" in (parameters.get(KEY) or {}) or (isinstance(value, Mapping) and value.get("retrain")):
+            return self._write_report(value)
+        arch = self.records.arch_of(parameter_id, parameters, value, self.named.check_architecture)
+        self.records.settle(parameter_id)
+        metrics = metrics_of(value)
+        if metrics is None:
+            _logger.warning("trial %s reported %r without a finite 'default'; counted as failed", parameter_id, value)
+            self._failure(arch, "no finite result")
+        else:
+            self.ready().tell(arch, metrics)
+            self.records.add_result(arch, metrics)
+        self._after_event()
+        return None
+
+    def ended(self, parameter_id: int, success: bool) -> None:
+        self.records.end(parameter_id, success)  # *some* trial ended (microsoft/nni#5726)
+        self._after_event()
+
+    def imported(self, data: list[dict[str, Any]]) -> None:
+        """Results of earlier trials (resume, ``nnictl experiment import``): learn those the search lacks."""
+        search, learned = self.ready(), 0
+        for arch, metrics in self.records.imported(data, self.named.check_architecture):
+            if search.actions_of(arch) not in search.history.rewards:
+                learned += 1
+                if metrics is None:
+                    self._failure(arch, "imported without a finite result")
+                else:
+                    search.tell(arch, metrics)
+                    self.records.add_result(arch, metrics)
+        _logger.info("imported %d results (%d already known or skipped)", learned, len(data) - learned)
+        self._save()
+
+    def _failure(self, arch: dict[str, Any], why: str) -> None:
+        self.records.add_failure(arch, why, self.ready().tell(arch, None))
+
+    def _settle_dead(self) -> None:
+        for arch in self.records.dead():
+            if self.ready().actions_of(arch) not in self.ready().history.rewards:  # else its result came
+                _logger.warning("a trial of %s ended without a result; counted as failed", arch)
+                self._failure(arch, "ended without a final result (crashed, killed, out of memory)")
+
+    def _after_event(self) -> None:
+        self._settle_dead()
+        self._save()
+        if self.records.all_failed():
+            raise SearchFailed(f"the first {ALL_FAILED_AFTER} search trials all failed; see their trial.stderr")
+
+    # -- files on the manager's side -------------------------------------------------------
+    def _write_report(self, value: Any) -> None:
+        from nni_hwaware.report.search import write_retrain_report
+
+        paths, warnings = write_retrain_report(self.output_dir / "report", value, self.records.results,
+                                               budget=self.budget.limits())
+        for line in warnings:
+            _logger.warning("%s", line)
+        _logger.info("report written: %s", ", ".join(str(p) for p in paths.values()))
+
+    def _save_state(self) -> None:
+        if self.job.state_file and self.search is not None:
+            save_state(self.job.state_file, self.state_dict())
+
+    def _save(self) -> None:
+        self._save_state()
+        if self.search is not None and self.write_files:
+            write_json(self.output_dir / "trials.json", self.records.results)
+            write_json(self.output_dir / "tuner_stats.json", self.stats())
+
+    def stats(self) -> dict[str, Any]:
+        search = self.ready()
+        return self.records.stats(search.decisions, search.decision_seconds, len(search.history.order),
+                                  len(search.pending))

@@ -43,7 +43,7 @@ def main() -> None:
         final = next((m for m in metrics if m.get("retrain")), {})
         best = max(search, key=lambda m: m["default"]) if search else {}
         found = json.loads(final["results"])["found"] if final.get("results") else {}
-        predicted = (found.get("extra") or {}).get("vs_baseline", {})  # measured interleaved, and predicted
+        measured = (found.get("extra") or {}).get("vs_baseline", {})  # timed interleaved; the predicted ratios
         print(json.dumps({
             "status": status, "wall_s": round(seconds, 1), "trials": len(jobs),
             "succeeded": sum(j["status"] == "SUCCEEDED" for j in jobs),
@@ -52,8 +52,8 @@ def main() -> None:
             "found_latency_ms": final.get("latency_ms"), "baseline_latency_ms": final.get("baseline_latency_ms"),
             "latency_ratio": final.get("latency_ratio"),
             "latency_ratio_ci95": [final.get("latency_ratio_ci95_low"), final.get("latency_ratio_ci95_high")],
-            "memory_ratio": final.get("memory_ratio"), "predicted_latency_ratio": predicted.get("latency_ratio"),
-            "predicted_memory_ratio": predicted.get("memory_ratio"), "warnings": predicted.get("warnings", []),
+            "memory_ratio": final.get("memory_ratio"), "predicted_latency_ratio": measured.get("predicted_latency_ratio"),
+            "predicted_memory_ratio": measured.get("predicted_memory_ratio"), "warnings": measured.get("warnings", []),
         }))
 
 

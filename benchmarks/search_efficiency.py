@@ -311,8 +311,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tasks = [(s, name, seed, ppo) for s in names for name in strategies for seed in range(args.seeds)]
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     mapper: Callable[..., Any]
-    with Pool(args.jobs, maxtasksperchild=50) if args.jobs > 1 else _Serial() as pool:
-        mapper = pool.imap_unordered if args.jobs > 1 else pool.imap
+    # NNI's PPOTuner builds its TensorFlow graph in the process's default graph: one run per process.
+    fresh = "nni_ppo" in strategies
+    with Pool(args.jobs, maxtasksperchild=1 if fresh else 50) if args.jobs > 1 or fresh else _Serial() as pool:
+        mapper = pool.imap_unordered if args.jobs > 1 or fresh else pool.imap
         for suite_name, name, result in mapper(one_run, tasks):
             runs.setdefault((suite_name, name), []).append(result)
             if len(runs[(suite_name, name)]) == args.seeds:

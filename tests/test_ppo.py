@@ -5,15 +5,18 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 from handmade import tiny_config, tiny_table
 
+from nni_hwaware.cost_model import CostFactor, SpaceCostModel
 from nni_hwaware.cost_table import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.spaces import SpaceConfig, StageConfig
 from nni_hwaware.strategies.budget import Budget, BudgetMask
 from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
+from nni_hwaware.strategies.ppo.policy import HammingGP, expected_improvement, normal_scores
 
 # Latency of every architecture of the hand-made table (fixed parts 0.75 ms):
 #   layer1_0: skip 0.1, basic 2.0, bottleneck 1.0;  layer2_0: skip 0.2, basic 4.0, bottleneck 1.0
@@ -145,3 +148,101 @@ def test_rewards(model: CostModel, reward: str, metrics: dict, expected: float) 
     search = PPOSearch(model, Budget(latency_ms=100.0), PPOConfig(reward=reward, mnas_target_ms=1.0))
     arch = search.ask()
     assert search.tell(arch, metrics) == pytest.approx(expected)
+
+
+def _coupled_model() -> SpaceCostModel:
+    """Three labels whose costs couple neighbours (a width feeding the next layer): not separable."""
+    rng = np.random.default_rng(0)
+
+    def costs(shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+        return {m: rng.uniform(0.1, 1.0, shape) * (1e6 if m in ("flops", "params") else 1.0)
+                for m in ("latency_ms", "param_mb", "activation_mb", "flops", "params")}
+
+    choices = {"a": ["x", "y", "z"], "b": ["p", "q"], "c": ["u", "v", "w"]}
+    factors = [CostFactor(("a", "b"), costs((3, 2))), CostFactor(("b", "c"), costs((2, 3))),
+               CostFactor(("c",), costs((3,)))]
+    return SpaceCostModel(choices, factors, {"latency_ms": 0.1})
+
+
+@pytest.mark.parametrize("budget", [Budget(latency_ms=2.0), Budget(memory_mb=2.0),
+                                    Budget(latency_ms=2.2, flops=2.0e6)])
+def test_coupled_costs_bound_only_the_budgeted_metrics_and_every_feasible_arch_is_proposed_once(
+        budget: Budget) -> None:
+    model = _coupled_model()
+    mask = BudgetMask(model, budget)
+    assert not mask.separable
+    for prefix in ([], [0], [2], [1, 1], [2, 0]):
+        ours = mask._bounds(prefix)
+        assert set(ours) == set(budget.limits())  # only what the budget needs
+        reference = model.lower_bounds(prefix)
+        for metric, values in ours.items():
+            np.testing.assert_allclose(values, reference[metric])
+    feasible = {k for k in itertools.product(range(3), range(2), range(3)) if mask.within(k)}
+    assert set(mask.enumerate()) == feasible
+    search = PPOSearch(model, budget, PPOConfig(seed=1))
+    proposed = []
+    while (arch := search.ask()) is not None:
+        proposed.append(search.actions_of(arch))
+        search.tell(arch, {"default": float(sum(proposed[-1]))})
+    assert sorted(proposed) == sorted(feasible)
+
+
+def test_batched_look_ahead_equals_the_per_prefix_one(model: CostModel) -> None:
+    mask = BudgetMask(model, Budget(latency_ms=3.0, flops=5e6))
+    prefixes = np.array([[0], [1], [2]])
+    batch = mask.needs_batch(prefixes)
+    allowed = mask.allowed_batch(batch)
+    for b, prefix in enumerate(prefixes):
+        single = mask.needs(list(prefix))
+        for metric, values in single.items():
+            np.testing.assert_allclose(batch[metric][b, : len(values)], values)
+        np.testing.assert_array_equal(allowed[b, : len(single["latency_ms"])], mask.allowed(list(prefix)))
+
+
+def test_normal_scores_are_rank_based_and_the_surrogate_interpolates() -> None:
+    scores = normal_scores(np.array([0.1, 5.0, 0.1, 100.0]))
+    assert scores[0] == scores[2] and scores[0] < scores[1] < scores[3]  # ties share; scale-free
+    np.testing.assert_allclose(normal_scores(np.array([1.0, 2.0, 3.0])), -normal_scores(np.array([3.0, 2.0, 1.0])))
+    x = np.array([[0, 0, 0], [1, 1, 1], [2, 2, 2], [0, 1, 2], [2, 1, 0]])
+    y = np.array([-1.0, 0.0, 1.0, 0.2, 0.4])
+    gp = HammingGP(3)
+    gp.fit(x, y)
+    mean, std = gp.predict(x)
+    np.testing.assert_allclose(mean, y, atol=0.15)
+    _, far = gp.predict(np.array([[1, 0, 2]]))
+    assert far[0] > std.max()
+    ei = expected_improvement(np.array([0.0, 0.0, 1.0]), np.array([0.1, 1.0, 0.1]), best=0.5)
+    assert ei[2] > ei[1] > ei[0] > 0
+
+
+def test_surrogate_screening_finds_the_best_of_an_additive_reward_quickly() -> None:
+    """6 labels x 5 values (NB201-like), reward additive per label: far fewer trials than the 15,625 archs."""
+    rng = np.random.default_rng(3)
+    weights = rng.normal(size=(6, 5))
+    choices = {f"e{i}": [f"o{j}" for j in range(5)] for i in range(6)}
+    zero = {m: np.zeros(5) for m in ("latency_ms", "param_mb", "activation_mb", "flops", "params")}
+    latency = rng.uniform(0.1, 1.0, (6, 5))
+    model = SpaceCostModel(choices, [CostFactor((f"e{i}",), {**zero, "latency_ms": latency[i]}) for i in range(6)], {})
+    budget = Budget(latency_ms=float(np.quantile(latency.sum(axis=0), 0.3)) + 0.8)
+    search = PPOSearch(model, budget, PPOConfig(seed=0))
+    feasible = search.mask.enumerate()
+    best = max(float(weights[np.arange(6), k].sum()) for k in feasible)
+    found = None
+    for trial in range(1, 101):
+        arch = search.ask()
+        key = search.actions_of(arch)
+        value = float(weights[np.arange(6), key].sum())
+        search.tell(arch, {"default": value})
+        if value >= best - 1e-12:
+            found = trial
+            break
+    assert found is not None and found <= 60, (found, len(feasible))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"reward_norm": "softmax"}, "reward_norm must be"), ({"surrogate": "forest"}, "surrogate must be"),
+    ({"explore": 1.5}, "explore must be in"), ({"entropy_floor": 1.0}, "entropy_floor must be in"),
+    ({"screen": 0}, "screen must be >= 1"), ({"replay_best": -1}, "replay_best must be >= 0")])
+def test_bad_options_are_one_line_errors(options: dict, message: str) -> None:
+    with pytest.raises(HwAwareError, match=message):
+        PPOConfig.from_dict(options)

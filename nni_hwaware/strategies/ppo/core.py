@@ -13,7 +13,7 @@ Choices that would make every completion exceed the budget are masked
 (:class:`~nni_hwaware.strategies.budget.BudgetMask`), so no proposal is over
 budget. Each proposal draws ``screen`` masked samples at once (most from the
 policy, a share uniformly over the feasible values) and a surrogate (a Gaussian
-process over architectures, :class:`~nni_hwaware.strategies.ppo.policy.HammingGP`)
+process over architectures, :class:`~nni_hwaware.strategies.ppo.policy.Surrogate`)
 picks the one of highest expected improvement among those neither tried nor in
 flight; in-flight architectures count as observed at their predicted value
 (the "kriging believer"), so concurrent proposals spread out. When no fresh
@@ -40,19 +40,12 @@ from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling.chips import fixed_threads
 from nni_hwaware.strategies.budget import Budget, BudgetMask
 from nni_hwaware.strategies.ppo.config import REWARDS, PPOConfig
-from nni_hwaware.strategies.ppo.policy import (
-    ActorCritic,
-    HammingGP,
-    expected_improvement,
-    normal_scores,
-)
+from nni_hwaware.strategies.ppo.policy import ActorCritic, Surrogate, normalise
 
 __all__ = ["REWARDS", "PPOConfig", "PPOSearch", "reward_of"]
 
 #: Feasible sets up to this size are listed when the draws keep hitting known architectures.
 _ENUMERATE_LIMIT = 20_000
-#: The surrogate conditions on at most this many results (the best half and the newest half).
-_SURROGATE_LIMIT = 600
 #: Weight of the entropy floor's shortfall in the loss (large: a constraint more than a bonus).
 _FLOOR_WEIGHT = 5.0
 #: Share of a budget a value's feature is capped at (infeasible values read as this).
@@ -111,8 +104,7 @@ class PPOSearch:
         self.optimizer = (torch.optim.Adam if self.config.optimizer == "adam" else torch.optim.SGD)(
             self.policy.parameters(), lr=self.config.lr)
         self.generator = torch.Generator().manual_seed(self.config.seed)
-        self.surrogate = HammingGP(self.n_layers)
-        self._gp_targets = np.zeros(0)
+        self.surrogate = Surrogate(self.n_layers)
         self.pending: dict[tuple[int, ...], _Episode] = {}
         self.finished: list[_Episode] = []
         self.history = _History()
@@ -199,7 +191,7 @@ class PPOSearch:
 
     def _screening(self) -> bool:
         c = self.config
-        return c.surrogate == "gp" and c.screen > 1 and len(self.history.order) >= max(2, c.warmup)
+        return c.surrogate == "gp" and c.screen > 1 and self.surrogate.ready and len(self.history.order) >= c.warmup
 
     def _propose(self) -> tuple[int, ...] | None:
         c = self.config
@@ -219,7 +211,7 @@ class PPOSearch:
             if fresh:
                 keys = list(fresh)
                 if self._screening():
-                    best = int(np.argmax(self._acquisition(np.asarray(keys))))
+                    best = int(np.argmax(self.surrogate.acquisition(np.asarray(keys), list(self.pending))))
                 else:  # the policy's first fresh draw (a uniform one if the policy drew none)
                     best = 0
                 row = fresh[keys[best]]
@@ -234,19 +226,6 @@ class PPOSearch:
                 self.pending[key] = self._replay(key)
                 return key
         return None
-
-    def _acquisition(self, keys: np.ndarray) -> np.ndarray:
-        """Expected improvement of each candidate under the surrogate, in-flight ones believed."""
-        gp = self.surrogate
-        if self.pending:
-            seen = list(gp.x)
-            inflight = np.asarray(list(self.pending), dtype=np.int64)
-            believed, _ = gp.predict(inflight)
-            gp = copy.copy(gp)
-            gp.condition(np.concatenate([np.asarray(seen, dtype=np.int64).reshape(-1, self.n_layers), inflight]),
-                         np.concatenate([self._gp_targets, believed]))
-        mean, std = gp.predict(keys)
-        return expected_improvement(mean, std, float(np.max(self._gp_targets)))
 
     def _feasible_left(self) -> list[tuple[int, ...]] | None:
         """Feasible architectures neither tried nor in flight (None: too many to list)."""
@@ -283,36 +262,12 @@ class PPOSearch:
     def _scores(self) -> dict[tuple[int, ...], float]:
         """What each result teaches (``reward_norm``): normal scores of ranks, z-scores or rewards."""
         keys = self.history.order
-        rewards = np.asarray([self.history.rewards[k] for k in keys], dtype=float)
-        norm = self.config.reward_norm
-        if norm == "rank":
-            scores = normal_scores(rewards)
-        elif norm == "zscore":
-            scores = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
-        else:
-            scores = rewards
+        scores = normalise(np.asarray([self.history.rewards[k] for k in keys], dtype=float), self.config.reward_norm)
         return dict(zip(keys, map(float, scores), strict=True))
 
     def _fit_surrogate(self) -> None:
-        """Condition the surrogate on the results (standardised; ranks with ``reward_norm='rank'``)."""
-        if self.config.surrogate != "gp" or len(self.history.order) < 2:
-            self._gp_targets = np.zeros(0)
-            return
-        keys = self.history.order
-        if len(keys) > _SURROGATE_LIMIT:
-            best = sorted(keys, key=lambda k: -self.history.rewards[k])[: _SURROGATE_LIMIT // 2]
-            keys = list(dict.fromkeys([*best, *keys[-(_SURROGATE_LIMIT - len(best)):]]))
-        rewards = np.asarray([self.history.rewards[k] for k in keys], dtype=float)
-        if self.config.reward_norm == "rank":
-            targets = normal_scores(rewards)
-        else:
-            targets = (rewards - rewards.mean()) / (rewards.std() + 1e-8)
-        self._gp_targets = targets
-        x = np.asarray(keys, dtype=np.int64)
-        if len(keys) <= 200 or len(keys) % 25 == 0:
-            self.surrogate.fit(x, targets)  # length scale and noise by marginal likelihood
-        else:
-            self.surrogate.condition(x, targets)
+        if self.config.surrogate == "gp":
+            self.surrogate.update(self.history.order, self.history.rewards, rank=self.config.reward_norm == "rank")
 
     def _replay(self, key: tuple[int, ...]) -> _Episode:
         return self._replays([key])[0]

@@ -13,6 +13,7 @@ no order), its length scale and noise chosen by marginal likelihood.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -20,7 +21,7 @@ import torch
 from scipy.special import ndtr, ndtri
 from torch import nn
 
-__all__ = ["ActorCritic", "HammingGP", "expected_improvement", "normal_scores"]
+__all__ = ["ActorCritic", "HammingGP", "Surrogate", "expected_improvement", "normal_scores", "normalise"]
 
 
 class ActorCritic(nn.Module):
@@ -135,3 +136,61 @@ def expected_improvement(mean: np.ndarray, std: np.ndarray, best: float) -> np.n
     r""":math:`EI = (\mu - f^*)\,\Phi(z) + s\,\varphi(z)`, :math:`z = (\mu - f^*) / s` (Jones et al. 1998)."""
     z = (mean - best) / std
     return (mean - best) * ndtr(z) + std * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+def normalise(rewards: np.ndarray, norm: str) -> np.ndarray:
+    """Rewards as the policy learns them: ``rank`` (:func:`normal_scores`), ``zscore`` or ``raw``."""
+    if norm == "rank":
+        return normal_scores(rewards)
+    if norm == "zscore":
+        return (rewards - rewards.mean()) / (rewards.std() + 1e-8)
+    return rewards
+
+
+class Surrogate:
+    """What screens the masked samples: a :class:`HammingGP` on the results so far.
+
+    Targets are the rewards' normal scores (``rank``) or z-scores. Beyond :attr:`LIMIT`
+    results it conditions on the best half and the newest half; λ and σ² are chosen
+    anew up to 200 results, then every 25. In-flight architectures count as observed at
+    their predicted mean (the "kriging believer"): the mean is unchanged and the
+    uncertainty near them shrinks, so concurrent proposals spread out.
+    """
+
+    LIMIT = 600
+
+    def __init__(self, n_labels: int) -> None:
+        self.gp = HammingGP(n_labels)
+        self.targets = np.zeros(0)
+
+    @property
+    def ready(self) -> bool:
+        return len(self.targets) >= 2
+
+    def update(self, order: list[tuple[int, ...]], rewards: dict[tuple[int, ...], float], rank: bool) -> None:
+        """Condition on the results (``order``: architectures in the order they finished)."""
+        keys = list(order)
+        if len(keys) < 2:
+            self.targets = np.zeros(0)
+            return
+        if len(keys) > self.LIMIT:
+            best = sorted(keys, key=lambda k: -rewards[k])[: self.LIMIT // 2]
+            keys = list(dict.fromkeys([*best, *keys[-(self.LIMIT - len(best)):]]))
+        values = np.asarray([rewards[k] for k in keys], dtype=float)
+        self.targets = normalise(values, "rank" if rank else "zscore")
+        x = np.asarray(keys, dtype=np.int64)
+        if len(keys) <= 200 or len(keys) % 25 == 0:
+            self.gp.fit(x, self.targets)  # length scale and noise by marginal likelihood
+        else:
+            self.gp.condition(x, self.targets)
+
+    def acquisition(self, keys: np.ndarray, pending: list[tuple[int, ...]]) -> np.ndarray:
+        """Expected improvement of each candidate, in-flight architectures believed."""
+        gp = self.gp
+        if pending:
+            inflight = np.asarray(pending, dtype=np.int64)
+            believed, _ = gp.predict(inflight)
+            gp = copy.copy(gp)
+            gp.condition(np.concatenate([self.gp.x, inflight]), np.concatenate([self.targets, believed]))
+        mean, std = gp.predict(keys)
+        return expected_improvement(mean, std, float(np.max(self.targets)))

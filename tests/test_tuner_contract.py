@@ -15,7 +15,6 @@ import json
 import random
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +135,7 @@ def test_small_space_answers_every_feasible_id_then_none(tmp_path: Path) -> None
 @pytest.mark.slow
 @pytest.mark.nnictl
 def test_nnictl_keeps_8_trials_running_until_the_trial_limit(tmp_path: Path) -> None:
-    """A real experiment at concurrency 8: at every poll until the limit is reached, 8 trials run."""
+    """A real experiment at concurrency 8 (trials of 4 s): 8 run at once until the trial limit."""
     from experiments import ppo_template
 
     from nni_hwaware.experiment import create_experiment, write_config
@@ -156,23 +155,24 @@ def test_nnictl_keeps_8_trials_running_until_the_trial_limit(tmp_path: Path) -> 
     template["trialCodeDirectory"] = str(tmp_path)
     path = write_config(template, tmp_path / "config.yml", tmp_path / "experiments")
     running_counts: list[tuple[int, int]] = []
-    with create_experiment(path) as experiment:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            jobs = experiment.trial_jobs()
-            started = len(jobs)
-            running = sum(j["status"] in ("RUNNING", "WAITING") for j in jobs)
-            if started < trials:
-                running_counts.append((started, running))
-            if experiment.status() in ("DONE", "STOPPED", "ERROR", "NO_MORE_TRIAL") and started >= trials:
-                break
-            time.sleep(0.5)
-        status = experiment.status()
+
+    def poll(experiment: Any) -> bool:
         jobs = experiment.trial_jobs()
-    assert status in ("DONE", "NO_MORE_TRIAL"), status
-    assert len(jobs) == trials and all(j["status"] == "SUCCEEDED" for j in jobs)
-    # Once the first 8 started and until the limit is reached, 8 run at once (short gaps between a
-    # trial's end and its successor's start aside): never a stall with fewer.
+        if len(jobs) < trials:
+            running_counts.append((len(jobs), sum(j["status"] in ("RUNNING", "WAITING") for j in jobs)))
+        return False
+
+    with create_experiment(path) as experiment:
+        status = experiment.wait(poll, timeout=600, poll=0.5)
+        jobs = experiment.trial_jobs()
+    statuses = [j["status"] for j in jobs]
+    assert status == "DONE", (status, statuses)
+    assert len(jobs) == trials and set(statuses) == {"SUCCEEDED"}, statuses
+    # While the limit is not reached, 8 run at once: the median of the polls, and every slot freed by a
+    # trial's end is refilled within a few seconds (NNI's own launch lag on a busy CPU aside).
     steady = [r for s, r in running_counts if 8 <= s < trials - 8]
     assert steady and np.median(steady) == 8, running_counts
-    assert min(steady) >= 6, running_counts
+    ends = sorted(j["endTime"] for j in jobs)
+    starts = sorted(j["startTime"] for j in jobs)
+    lags = [(starts[i + 8] - ends[i]) / 1000 for i in range(trials - 8)]
+    assert max(lags) < 15, lags

@@ -182,8 +182,10 @@ def search_space(suite: Suite, kind: str = "choice") -> dict[str, Any]:
 
 def run(tuner: Any, suite: Suite, max_trials: int) -> dict[str, Any]:
     """A tuner through NNI's Tuner interface, each trial a table look-up."""
-    layer = isinstance(tuner, nni.algorithms.hpo.regularized_evolution_tuner.RegularizedEvolutionTuner) or \
-        (type(tuner).__name__ == "PPOTuner" and type(tuner).__module__.startswith("nni.algorithms"))
+    from nni.algorithms.hpo.regularized_evolution_tuner import RegularizedEvolutionTuner
+
+    # NNI's evolution and PPO tuners take layer_choice parameters, not choice
+    layer = isinstance(tuner, RegularizedEvolutionTuner) or type(tuner).__module__.startswith("nni.algorithms.hpo.ppo")
     tuner.update_search_space(search_space(suite, "layer_choice" if layer else "choice"))
     sequence: list[int] = []
     decide = learn = 0.0

@@ -246,3 +246,13 @@ def test_surrogate_screening_finds_the_best_of_an_additive_reward_quickly() -> N
 def test_bad_options_are_one_line_errors(options: dict, message: str) -> None:
     with pytest.raises(HwAwareError, match=message):
         PPOConfig.from_dict(options)
+
+
+def test_single_episode_updates_with_masked_values_stay_finite(model: CostModel) -> None:
+    """Masked values once made torch's entropy gradient NaN (float minimum x 0, scaled by the floor)."""
+    search = PPOSearch(model, Budget(latency_ms=3.0), PPOConfig(seed=0, replay_best=0, update_every=1, screen=1))
+    for _ in range(3):
+        for arch in [search.arch_of(k) for k in search.mask.enumerate()]:
+            search.tell(arch, {"default": latency(arch)})
+    assert search.updates == 15
+    assert all(torch.isfinite(p).all() for p in search.policy.parameters())

@@ -349,7 +349,9 @@ class PPOSearch:
             clipped = torch.clamp(ratio, 1 - self.config.clip, 1 + self.config.clip)
             actor_loss = -torch.min(ratio * advantages, clipped * advantages).mean()
             critic_loss = ((value - returns) ** 2).mean()
-            entropies = dist.entropy()
+            # H = -sum_a p log p over the allowed values (masked ones contribute 0, with a 0 gradient:
+            # torch's entropy multiplies the float minimum by 0 there, which the floor's weight can turn into NaN)
+            entropies = -(dist.probs * dist.logits.masked_fill(~masks, 0.0)).sum(dim=-1)
             entropy = entropies.mean()
             shortfall = torch.relu(floor - entropies).mean()
             loss = actor_loss + self.config.value_coef * critic_loss - beta * entropy + _FLOOR_WEIGHT * shortfall

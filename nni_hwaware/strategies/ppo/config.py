@@ -35,7 +35,7 @@ class PPOConfig:
     clip: float = 0.2
     """PPO's clipping range of the probability ratio."""
     value_coef: float = 0.5
-    """c in L = L_actor + c * L_critic - beta * entropy."""
+    """c in L = L_actor + c * L_critic - beta * entropy (+ the entropy floor's term)."""
     entropy_coef: float = 0.02
     """beta at the start (seed 000 step 7: entropy keeps the search exploring)."""
     entropy_coef_final: float = 0.005
@@ -54,8 +54,9 @@ class PPOConfig:
     failure_reward: float = 0.0
     """Reward of a trial that failed or reported NaN."""
     reward_norm: str = "rank"
-    """What the policy and the surrogate learn from: 'rank' (normal scores of the rewards' ranks
-    among all results), 'zscore' (standardised rewards) or 'raw' (the rewards themselves)."""
+    """What the policy learns from: 'rank' (normal scores of the rewards' ranks among all results),
+    'zscore' (standardised rewards) or 'raw' (the rewards, advantages normalised per batch, as
+    in seed 000). The surrogate fits the normal scores with 'rank', z-scores otherwise."""
     replay_best: int = 4
     """The best architectures so far replayed in every policy update (0: none)."""
     cost_features: bool = True

@@ -30,9 +30,9 @@ def test_main_job_config_runs_to_the_report(tmp_path: Path) -> None:
 
     assert check_config(ROOT / "config.yml")  # the shipped file passes its own check
     template = _absolute(yaml.safe_load((ROOT / "config.yml").read_text()), ROOT)
-    template["trialCommand"] = template["trialCommand"].replace("--epochs 10", "--epochs 1")
     template["maxTrialNumber"] = 5
-    template["tuner"]["classArgs"].update(search_trials=4, retrain={"epochs": 1, "threads": 1})
+    template["tuner"]["classArgs"].update(search_trials=4, train={"epochs": 1, "threads": 1},
+                                          retrain={"epochs": 1, "threads": 1})
     config = write_config(template, tmp_path / "config.yml", tmp_path / "nni-experiments")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     with create_experiment(config, env=env) as experiment:
@@ -42,11 +42,18 @@ def test_main_job_config_runs_to_the_report(tmp_path: Path) -> None:
     search = [m for m in metrics if not m.get("retrain")]
     assert len(search) == 4 and all({"latency_ms", "memory_mb", "flops", "params", "arch"} <= set(m) for m in search)
     final = [m for m in metrics if m.get("retrain")]
-    assert len(final) == 1 and final[0]["report"] == str(report / "comparison.md")
+    assert len(final) == 1 and 0 < final[0]["latency_ratio"] and 0 < final[0]["memory_ratio"]
+    assert final[0]["latency_ratio_ci95_low"] <= final[0]["latency_ratio"] <= final[0]["latency_ratio_ci95_high"]
     for name in ("comparison.md", "comparison.csv", "pareto.png", "accuracy_latency.png", "results.json"):
-        assert (report / name).stat().st_size > 0, name
+        assert (report / name).stat().st_size > 0, name  # written by the tuner, on the manager's side
+    assert "latency ratio, measured interleaved" in (report / "comparison.md").read_text()
     results = json.loads((report / "results.json").read_text())
     assert len(results["trials"]) == 4
+    # both costs are budgeted, like the seed's result: the found network fits both (as predicted)
+    budget = results["budget"]
+    assert set(budget) == {"latency_ms", "memory_mb"}
+    assert results["best"]["predicted_latency_ms"] <= budget["latency_ms"] * (1 + 1e-9)
+    assert results["best"]["predicted_memory_mb"] <= budget["memory_mb"] * (1 + 1e-9)
     assert (tmp_path / "nni-experiments" / "cost_table_digits.csv").exists()  # loaded next time
 
 

@@ -56,3 +56,24 @@ def test_failed_trials_get_the_failure_reward_and_the_search_goes_on(tmp_path: P
     stats = json.loads((hwaware / "tuner_stats.json").read_text())
     assert stats["failed"] == 4 and stats["results"] == 6 and stats["arch_mismatches"] == 0
     assert (hwaware / "report" / "comparison.md").is_file()  # the retraining did not wait for them
+
+
+def test_a_search_whose_trials_all_fail_ends_in_error_not_done(tmp_path: Path) -> None:
+    """Every trial crashes: after the first 5 the experiment stops with ERROR and says why in one line."""
+    here = Path(__file__).parent
+    template = ppo_template(tmp_path, trials=9, command=trial_command(str(here / "faulty_trial.py")),
+                            search_trials=8, retrain={"epochs": 1, "threads": 1})
+    path = write_config(template, tmp_path / "config.yml", tmp_path / "experiments")
+    env = {"HWAWARE_TEST_FAULTS": json.dumps({str(seq): "crash" for seq in range(9)}),
+           "PYTHONPATH": os.pathsep.join([str(here.parent), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    with create_experiment(path, env=env) as experiment:
+        status = experiment.wait(timeout=300)
+        jobs = experiment.trial_jobs()
+    assert status == "ERROR", experiment.describe()
+    assert 5 <= len(jobs) < 9 and all(job["status"] == "FAILED" for job in jobs), experiment.describe()
+    why = "nni-hwaware: the first 5 search trials all failed; see their trial.stderr"
+    log_dir = experiment.experiment_dir / "log"
+    lines = (log_dir / "dispatcher.log").read_text().splitlines()
+    assert [line for line in lines if "ERROR (nni_hwaware.ppo" in line] and all(
+        line.endswith(why) for line in lines if "ERROR (nni_hwaware.ppo" in line), lines[-5:]
+    assert f"Dispatcher error: {why}" in (log_dir / "nnimanager.log").read_text()

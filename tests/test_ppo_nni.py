@@ -35,8 +35,8 @@ def test_strategy_under_nas_experiment(table: Path, tmp_path: Path) -> None:
     strategy = PPOStrategy("digits_tiny", str(table), budget={"latency_ms": "100%"},
                            ppo={"seed": 0, "update_every": 2})
     experiment = NasExperiment(BlockChoiceSpace(config.to_dict()),
-                               hardware_evaluator("digits_tiny", str(table), train=TRAIN), strategy,
-                               NasExperimentConfig("sequential", "raw"))
+                               hardware_evaluator("digits_tiny", train=TRAIN), strategy,  # no table: the
+                               NasExperimentConfig("sequential", "raw"))                 # samples carry costs
     experiment.config.max_trial_number = 4
     experiment.config.experiment_working_directory = str(tmp_path)
     try:
@@ -45,6 +45,8 @@ def test_strategy_under_nas_experiment(table: Path, tmp_path: Path) -> None:
         experiment.stop()
     search = strategy.tuner.search
     assert len(search.history.order) == 4
+    for record in strategy.tuner.records.results:  # the costs reported are the table's, sent with the sample
+        assert record["latency_ms"] == pytest.approx(strategy.tuner.model.predict(record["arch"]).latency_ms)
     assert all(0.0 < reward <= 1.0 for reward in search.history.rewards.values())
     state = strategy.state_dict()
     assert len(state["ppo"]["history"]) == 4

@@ -1,6 +1,6 @@
 """NNI evaluator for the multi-trial strategies: train the sampled network, report it with its costs.
 
-``hardware_evaluator(space, table)`` is a ``FunctionalEvaluator`` whose arguments
+``hardware_evaluator(space)`` is a ``FunctionalEvaluator`` whose arguments
 are plain values (NNI serialises them into each trial): the network NNI froze
 is trained on the space's data set and reported as
 :func:`nni_hwaware.trial.run.trial_metrics` (``default`` = validation top-1,
@@ -30,7 +30,7 @@ class SampleEvaluator(FunctionalEvaluator):
         return self.function(model.executable_model(), sample=dict(sample or {}), **self.arguments)
 
 
-def evaluate_network(model: Any, space: str | Any, table: str, chip: str | None = None, backend: str = "torch",
+def evaluate_network(model: Any, space: str | Any, table: str | None = None, chip: str | None = None, backend: str = "torch",
                      batch_size: int = 1, train: dict[str, Any] | None = None,
                      space_args: dict[str, Any] | None = None, sample: dict[str, Any] | None = None) -> None:
     from pathlib import Path
@@ -42,13 +42,20 @@ def evaluate_network(model: Any, space: str | Any, table: str, chip: str | None 
     from nni_hwaware.errors import HwAwareError
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.training.train import TrainConfig, train_network
+    from nni_hwaware.trial.parameters import KEY, TrialParameters
     from nni_hwaware.trial.run import trial_metrics
 
     named = resolve_space(space, **(space_args or {}))
-    arch = named.check_architecture(sample or getattr(model, "arch", None) or {})
-    if not Path(table).is_file():
-        raise HwAwareError(f"cost table {table} does not exist here: profile the space first")
-    costs = load_space_model(named, table, chip=chip, backend=backend, batch_size=batch_size).predict(arch).metrics()
+    sample = dict(sample or getattr(model, "arch", None) or {})
+    arch = named.check_architecture({k: v for k, v in sample.items() if not k.startswith("_")})
+    if KEY in sample:  # proposed by the PPO strategy: the costs came with the sample
+        costs = TrialParameters.from_dict(sample).costs
+    elif table is None or not Path(table).is_file():
+        raise HwAwareError(f"cost table {table} does not exist here: profile the space first, or search with "
+                           "PPOStrategy (its samples carry their costs)")
+    else:
+        costs = load_space_model(named, table, chip=chip, backend=backend,
+                                 batch_size=batch_size).predict(arch).metrics()
     config = TrainConfig.from_dict(train or {})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
@@ -58,8 +65,12 @@ def evaluate_network(model: Any, space: str | Any, table: str, chip: str | None 
     nni.report_final_result(trial_metrics(arch, result.metrics(), costs))
 
 
-def hardware_evaluator(space: str | Any, table: str, **options: Any) -> Any:
+def hardware_evaluator(space: str | Any, table: str | None = None, **options: Any) -> Any:
     """A :class:`SampleEvaluator` running :func:`evaluate_network` with these options.
+
+    Samples proposed by :class:`~nni_hwaware.strategies.ppo.strategy.PPOStrategy` carry
+    their predicted costs (:class:`~nni_hwaware.trial.parameters.TrialParameters`), so the
+    trial reads no file and ``table`` is needed only for samples of other strategies.
 
     ``space`` is a string :func:`~nni_hwaware.spaces.resolve.resolve_space` takes (what NNI's
     training services can send to any machine), or, on the sequential engine, a

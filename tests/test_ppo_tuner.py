@@ -22,6 +22,12 @@ def latency(arch: dict[str, str]) -> float:
     return 0.75 + LAT1[arch["layer1_0"]] + LAT2[arch["layer2_0"]]
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch) -> None:
+    """Outside NNI the tuner writes to ./hwaware-outputs: keep it out of the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 def arch(params: dict) -> dict:
     return {k: v for k, v in params.items() if not k.startswith("_")}
 

@@ -92,9 +92,20 @@ class BudgetMask:
 
     # -- the lookahead -------------------------------------------------------------
     def _memory_completion(self, start: int, act: float) -> float:
-        """Least (remaining weights + working set) over completions of labels ``start..`` (separable)."""
+        """Least (remaining weights + working set) over completions of labels ``start..`` (separable).
+
+        It depends on the prefix only through ``start`` and its largest activation ``act``,
+        which take few values: each pair is computed once.
+        """
         if start == self.n_layers:
             return act
+        cache = self.__dict__.setdefault("_completions", {})
+        key = (start, float(act))
+        if key not in cache:
+            cache[key] = self._memory_completion_uncached(start, act)
+        return cache[key]
+
+    def _memory_completion_uncached(self, start: int, act: float) -> float:
         params, acts = self._params[start:], self._acts[start:]
         best = math.inf
         for cap in np.unique(acts[np.isfinite(acts)]):

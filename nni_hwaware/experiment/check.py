@@ -8,6 +8,7 @@ that some architecture fits the budget. Each problem is one line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -88,7 +89,8 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
         table_path = root / table_path
     if table_path is None or not table_path.exists():
         return ["no cost table yet: the tuner profiles this machine's chip when the experiment starts"]
-    full = load_cost_model(named, job.cost, table_path)
+    cost = dataclasses.replace(job.cost, table=str(table_path))  # the table as the tuner will resolve it
+    full = load_cost_model(named, cost, table_path)
     model, budget, _ = job.search_model(named, full, allowed)
     BudgetMask(model, budget)  # raises, naming the cheapest achievable cost, when nothing fits
     return [f"cost table {table_path} (chip {model.chip}); budget {budget.limits()}"]

@@ -28,7 +28,6 @@ import pwd
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +35,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from nni_hwaware.experiment.nnictl import free_port, port_open
 
 #: The unprivileged user trials run as.
 WORKER = "nnihwworker"
@@ -96,18 +97,6 @@ def ensure_user(name: str = WORKER) -> pwd.struct_passwd:
     Path(user.pw_dir).mkdir(mode=0o700, exist_ok=True)
     os.chown(user.pw_dir, user.pw_uid, user.pw_gid)
     return user
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(1.0)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -303,7 +292,7 @@ def ssh_worker(tmp: Path, *, python_dir: Path | None = None, user: str = WORKER,
     made_privsep = not privsep.exists()
     privsep.mkdir(mode=0o755, exist_ok=True)
 
-    port = _free_port()
+    port = free_port()
     config, log = ssh_dir / "sshd_config", ssh_dir / "sshd.log"
     _sshd_config(config, port, host_key, user)
     _run([SSHD, "-t", "-f", str(config)], "checking the test's sshd_config")
@@ -315,7 +304,7 @@ def ssh_worker(tmp: Path, *, python_dir: Path | None = None, user: str = WORKER,
     try:
         opened.enter_context(traversable(worker.python_dir / "python"))
         deadline = time.monotonic() + timeout
-        while not _port_open(port):
+        while not port_open(port):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"sshd did not listen on 127.0.0.1:{port} within {timeout:g} s; "
                                    f"its log:\n{_tail(log)}")

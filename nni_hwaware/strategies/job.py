@@ -213,7 +213,7 @@ class SearchJob:
     state_file: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.space, str) and self.space is None:
+        if self.space is None:
             raise HwAwareError("the search job needs a space")
         if not isinstance(self.space_args, Mapping):
             raise HwAwareError(f"space_args must be a mapping of keyword arguments, got {self.space_args!r}")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.trial.parameters import KEY
 
 __all__ = ["ALL_FAILED_AFTER", "RESULT_GRACE_S", "TrialRecords", "load_state", "metrics_of", "save_state"]
 
@@ -139,7 +140,7 @@ class TrialRecords:
             parameters = record.get("parameter") if isinstance(record, Mapping) else None
             if not isinstance(parameters, Mapping):
                 continue
-            if "retrain" in (parameters.get("_hwaware") or {}):
+            if "retrain" in (parameters.get(KEY) or {}):
                 self.retrain_sent = True
                 continue
             try:

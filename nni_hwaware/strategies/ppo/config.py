@@ -68,6 +68,12 @@ class PPOConfig:
     surrogate: str = "gp"
     """'gp' (a Gaussian process with a Hamming kernel; expected improvement picks the sample)
     or 'none' (the policy's first fresh sample is proposed)."""
+    local_best: int = 4
+    """The best architectures so far whose one-label neighbours (those within budget) join the
+    screened pool when no draw promises an improvement (``local_ei``; 0: never)."""
+    local_ei: float = 1e-3
+    """Expected improvement (in normal scores) below which no draw counts as promising, so the
+    neighbours of the ``local_best`` best architectures join the pool."""
     warmup: int = 4
     """Results before the surrogate screens (the first proposals are the policy's draws)."""
     max_resample: int = 1000
@@ -84,9 +90,11 @@ class PPOConfig:
             raise HwAwareError(f"surrogate must be 'gp' or 'none', got {self.surrogate!r}")
         if not 0.0 <= self.entropy_floor < 1.0:
             raise HwAwareError(f"PPO option entropy_floor must be in [0, 1), got {self.entropy_floor}")
+        if not self.local_ei >= 0.0:
+            raise HwAwareError(f"PPO option local_ei must be >= 0, got {self.local_ei}")
         if not 0.0 <= self.explore <= 1.0:
             raise HwAwareError(f"PPO option explore must be in [0, 1], got {self.explore}")
-        for name in ("replay_best", "warmup"):
+        for name in ("replay_best", "warmup", "local_best"):
             if getattr(self, name) < 0:
                 raise HwAwareError(f"PPO option {name} must be >= 0, got {getattr(self, name)}")
         for name in ("update_every", "epochs", "hidden", "max_resample", "screen"):

@@ -16,7 +16,10 @@ policy, a share uniformly over the feasible values) and a surrogate (a Gaussian
 process over architectures, :class:`~nni_hwaware.strategies.ppo.policy.Surrogate`)
 picks the one of highest expected improvement among those neither tried nor in
 flight; in-flight architectures count as observed at their predicted value
-(the "kriging believer"), so concurrent proposals spread out. When no fresh
+(the "kriging believer"), so concurrent proposals spread out. When no draw
+promises an improvement (expected improvement below ``local_ei``: the policy has
+settled and the best may be one label away, where its draws rarely land), the
+neighbours of the best architectures join the pool. When no fresh
 sample turns up, the draws become uniform, and a feasible set small enough to
 list is searched directly: a proposal is refused only when every feasible
 architecture is tried or in flight. A failed trial gets ``failure_reward``.
@@ -211,12 +214,22 @@ class PPOSearch:
             if fresh:
                 keys = list(fresh)
                 if self._screening():
-                    best = int(np.argmax(self.surrogate.acquisition(np.asarray(keys), list(self.pending))))
+                    scores = self.surrogate.acquisition(np.asarray(keys), list(self.pending))
+                    if float(np.max(scores)) < c.local_ei and (local := self._neighbours(fresh)):
+                        # No draw promises an improvement: try the incumbents' neighbourhoods too.
+                        keys.extend(local)
+                        scores = np.concatenate(
+                            [scores, self.surrogate.acquisition(np.asarray(local), list(self.pending))])
+                    best = int(np.argmax(scores))
                 else:  # the policy's first fresh draw (a uniform one if the policy drew none)
                     best = 0
-                row = fresh[keys[best]]
-                self.pending[keys[best]] = _Episode(list(keys[best]), states[row], masks[row], logps[row])
-                return keys[best]
+                key = keys[best]
+                if key in fresh:
+                    row = fresh[key]
+                    self.pending[key] = _Episode(list(key), states[row], masks[row], logps[row])
+                else:  # a neighbour of one of the best: its episode as the policy would have drawn it
+                    self.pending[key] = self._replay(key)
+                return key
             rounds += 1
             if rounds >= 2 and (left := self._feasible_left()) is not None:
                 # The feasible set is small enough to list: propose an untried one uniformly, or stop.
@@ -226,6 +239,33 @@ class PPOSearch:
                 self.pending[key] = self._replay(key)
                 return key
         return None
+
+    def _neighbours(self, exclude: Mapping[tuple[int, ...], int]) -> list[tuple[int, ...]]:
+        """Feasible, untried architectures one label away from the ``local_best`` best so far.
+
+        The acquisition's local search (SMAC's, Hutter et al. 2011): the screened pool gets the
+        incumbents' neighbourhoods, which random draws reach with a tiny probability once
+        the policy has settled on a region; without them the search can stall one label away
+        from the best.
+        """
+        c = self.config
+        if not c.local_best:
+            return []
+        ranked = sorted(self.history.order, key=lambda k: -self.history.rewards[k])[: c.local_best]
+        found: dict[tuple[int, ...], None] = {}
+        for key in ranked:
+            for i, values in enumerate(self.candidates):
+                for j in range(len(values)):
+                    if j == key[i]:
+                        continue
+                    other = (*key[:i], j, *key[i + 1:])
+                    if (other in found or other in exclude or other in self.history.rewards
+                            or other in self.pending):
+                        continue
+                    if self.limits and not self.mask.within(other):
+                        continue
+                    found[other] = None
+        return list(found)
 
     def _feasible_left(self) -> list[tuple[int, ...]] | None:
         """Feasible architectures neither tried nor in flight (None: too many to list)."""

@@ -1,15 +1,18 @@
 """How well the cost model predicts whole networks of any NNI model space on this CPU.
 
-For each space: profile it (every distinct leaf once; batch 1, 1 thread), measure
-``k`` random networks end to end in two independent passes, and compare the
-prediction with the first pass. The noise ceiling is the Spearman of the two
-passes. Prints a line per space and one JSON object on its last line:
-``{"spaces": {"<space>": {"spearman", "kendall", "mape", "within10", "ceiling", "n",
-"profile_s", "leaves", "entries", "flops_spearman", "memory_mape"}}}``.
+For each space: profile it (every distinct leaf once; batch 1, 1 thread; the one
+measuring engine, shared shuffled rounds), measure ``k`` random networks end to end in
+two independent passes (each in shared rounds with the space's reference network as
+the probe), and compare the prediction with the first pass: Spearman, Kendall, MAPE,
+share within +-10 % in ms and relative to the reference network timed in the same
+rounds (which cancels drift of the machine's speed between profiling and checking).
+The noise ceiling is the Spearman of the two passes. With ``--load`` each space is done
+twice: quiet, then with the load harness on (:class:`~nni_hwaware.profiling.load.BackgroundLoad`)
+for both the profile and the check. Prints a line per space and condition and one JSON
+object on its last line: ``{"spaces": {"<space>": {"quiet": {...}, "loaded": {...}}}}``.
 
-    PYTHONPATH=examples/own_space python benchmarks/lut_fidelity.py \
-        --space nni:NasBench201 --space nni:ProxylessNAS --space nni:ShuffleNetSpace \
-        --space nni:MobileNetV3Space --space own_space:OwnSpace --space digits [-k 100]
+    PYTHONPATH=examples/own_space python benchmarks/lut_fidelity.py --load -k 60 \
+        --space digits --space nni:NasBench201 --space nni:ProxylessNAS --space own_space:OwnSpace
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ sys.path.insert(0, os.getcwd())
 
 from nni_hwaware.cost_model import find_leaves, profile_model_space, space_cost_model
 from nni_hwaware.cost_model.fidelity import check_fidelity
+from nni_hwaware.profiling.load import BackgroundLoad
 from nni_hwaware.spaces.resolve import resolve_space
 
 DEFAULT_SPACES = ["nni:NasBench201", "nni:ProxylessNAS", "nni:ShuffleNetSpace", "nni:MobileNetV3Space",
@@ -38,10 +42,15 @@ def run(spec: str, k: int, batch_size: int, seed: int) -> dict[str, object]:
                                 seed=seed, progress=False)
     profiled = time.perf_counter() - start
     model = space_cost_model(leaves, table, batch_size=batch_size, name=spec)
-    figures, _ = check_fidelity(named.space, model, named.input_shape, k, seed=seed)
+    figures, _ = check_fidelity(named.space, model, named.input_shape, k, seed=seed,
+                                reference=named.baseline(model))
     latency = figures["latency"]
-    return {key: round(latency[key], 4) for key in ("spearman", "kendall", "mape", "within10", "ceiling",
-                                                     "flops_spearman")} | {
+    leaf_rows = table.frame[table.frame.kind == "leaf"]
+    return {key: round(latency[key], 4) for key in ("spearman", "kendall", "mape", "within10",
+                                                     "within10_vs_reference", "ceiling", "flops_spearman",
+                                                     "probe_drift")} | {
+        "profile_share_met": round(float(leaf_rows.met_target.astype(bool).mean()), 3),
+        "profile_probe_drift": round(float(leaf_rows.probe_drift.max()), 3),
         "n": latency["n"], "profile_s": round(profiled, 1), "leaves": leaves.occurrences(),
         "entries": len(leaves.entries), "memory_mape": round(figures["memory"]["mape"], 2),
         "validate_s": round(time.perf_counter() - start - profiled, 1)}
@@ -54,11 +63,16 @@ def main() -> None:
     parser.add_argument("-k", type=int, default=100, help="random networks per space")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--load", action="store_true", help="also profile and check each space under the load harness")
     args = parser.parse_args()
-    results = {}
+    results: dict[str, dict[str, object]] = {}
     for spec in args.space or DEFAULT_SPACES:
-        results[spec] = run(spec, args.k, args.batch_size, args.seed)
-        print(f"{spec}: {json.dumps(results[spec])}", flush=True)
+        results[spec] = {"quiet": run(spec, args.k, args.batch_size, args.seed)}
+        print(f"{spec} quiet: {json.dumps(results[spec]['quiet'])}", flush=True)
+        if args.load:
+            with BackgroundLoad(seed=args.seed, seconds=3600):
+                results[spec]["loaded"] = run(spec, args.k, args.batch_size, args.seed)
+            print(f"{spec} loaded: {json.dumps(results[spec]['loaded'])}", flush=True)
     print(json.dumps({"spaces": results}))
 
 

@@ -112,11 +112,28 @@ def _add_profile(parser: argparse.ArgumentParser) -> None:
                         help="add the rows to --out when it exists (profile many chips into one table)")
     parser.add_argument("--out", required=True, help="table file to write (.csv or .parquet)")
     parser.add_argument("--seed", type=int, default=0)
+    _add_time_budget(parser)
+
+
+def _add_time_budget(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--time-budget", type=float, metavar="SECONDS",
+                        help="seconds of timing rounds (default: 0.5 s per timed item, at least 2 s); items "
+                             "whose median is not known within 2 %% by then are reported")
+
+
+def _timing(args: argparse.Namespace) -> dict[str, float]:
+    if args.time_budget is None:
+        return {}
+    if not args.time_budget > 0:
+        raise HwAwareError(f"--time-budget must be a positive number of seconds, got {args.time_budget}")
+    return {"max_seconds": float(args.time_budget)}
 
 
 @command("profile", "profile every distinct leaf of a space on this chip into a cost table", _add_profile)
 def _cmd_profile(args: argparse.Namespace) -> int:
     from pathlib import Path
+
+    import pandas as pd
 
     from nni_hwaware.cost_model import profile_space
     from nni_hwaware.cost_table import CostTable
@@ -124,12 +141,21 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     existing = CostTable.load(args.out) if args.merge and Path(args.out).exists() else None
     table = profile_space(_named(args), chip=args.chip, backend=args.backend, device=args.device,
                           batch_size=args.batch_size, threads=args.threads, peak_flops=args.peak_flops,
-                          seed=args.seed, table=existing)
+                          seed=args.seed, table=existing, **_timing(args))
     table.save(args.out)
     frame = table.frame
     leaves = frame[frame.kind != "network"]
-    print(f"wrote {len(frame)} rows to {args.out} (chips: {', '.join(table.chips())}; "
-          f"largest CV of a leaf {leaves.latency_cv.max():.3f})")
+    met = ""
+    if existing is not None:
+        before = existing.frame
+        leaves = leaves[~pd.Series(list(zip(leaves.block, leaves.input_shape, leaves.chip, strict=True)),
+                                   index=leaves.index).isin(set(zip(before.block, before.input_shape, before.chip,
+                                                                     strict=True)))]
+    if "met_target" in leaves.columns and leaves.met_target.notna().any():
+        measured = leaves[leaves.met_target.notna()]
+        met = (f"; {int(measured.met_target.astype(bool).sum())} of {len(measured)} new entries known within 2 %, "
+               f"the machine's speed drifted {float(measured.probe_drift.max()):.2f}x (p90/p10)")
+    print(f"wrote {len(frame)} rows to {args.out} (chips: {', '.join(table.chips())}{met})")
     return 0
 
 
@@ -154,6 +180,7 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-k", "--archs", type=int, default=20, help="random architectures to measure")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="CSV of per-architecture predictions and measurements")
+    _add_time_budget(parser)
 
 
 @command("validate", "measure random networks end to end (twice) and compare with the table's prediction",
@@ -162,13 +189,19 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     import json
 
     from nni_hwaware.cost_model.fidelity import check_fidelity
+    from nni_hwaware.cost_table import CostTable
     from nni_hwaware.files import write_atomically
 
     named, model = _model(args, args.table)
     figures, frame = check_fidelity(named.space, model, named.input_shape, args.archs, seed=args.seed,
-                                    device=args.device, threads=args.threads)
+                                    device=args.device, threads=args.threads, reference=named.baseline(model),
+                                    **_timing(args))
     if args.out:
         write_atomically(args.out, frame.to_csv(index=False))
+    table = CostTable.load(args.table).frame
+    if "probe_drift" in table.columns and table.probe_drift.notna().any():
+        figures["table"] = {"probe_drift": float(table.probe_drift.max()),
+                            "share_met": float(table.met_target.fillna(False).astype(bool).mean())}
     for name, values in figures.items():
         print(f"{name:8s} " + "  ".join(f"{k}={v:.3f}" for k, v in values.items()))
     print(json.dumps({"n_archs": len(frame), **figures}))

@@ -38,3 +38,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if stray:
         print(f"\nerror: the tests left files in the checkout: {stray}", file=sys.stderr)
         session.exitstatus = 1
+
+
+@pytest.fixture
+def background_load():  # type: ignore[no-untyped-def]
+    """A seeded busy/idle load on this process's CPUs for the test's duration (at most 10 minutes)."""
+    from nni_hwaware.profiling.load import BackgroundLoad
+
+    with BackgroundLoad(seed=0, seconds=600) as load:
+        yield load

@@ -36,7 +36,7 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         named = resolve_space(spec, **args)
         path = tmp_path_factory.mktemp("tables") / "table.csv"
         profile_model_space(named.space, named.dummy_input(), progress=False, peak_flops=1e10,
-                            calibration_samples=2, max_seconds=0.2, min_runs=3).save(path)
+                            calibration_samples=2, max_seconds=0.2, min_rounds=3).save(path)
         out[spec] = path
     return out
 

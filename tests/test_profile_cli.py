@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("profile") / "table.csv"
     assert main(["profile", "--space", "digits_tiny", "--chip", "test-board", "--threads", "1",
-                 "--peak-flops", "1e10", "--out", str(out)]) == 0
+                 "--peak-flops", "1e10", "--time-budget", "3", "--out", str(out)]) == 0
     return out
 
 
@@ -56,6 +56,26 @@ def test_identical_layers_are_profiled_once(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(_leaves("cifar10_resnet50").entries) == 2 + 8 * len(config2.candidates)
 
 
+def test_merge_puts_new_rows_on_the_tables_scale(tiny_profile: Path, tmp_path: Path) -> None:
+    """A table profiled when the machine was twice as slow: rows added by --merge take its scale."""
+    full = CostTable.load(tiny_profile).frame
+    leaves = full[full.kind == "leaf"]
+    kept = leaves.iloc[: len(leaves) // 2].copy()
+    kept["latency_ms"] *= 2.0
+    old = tmp_path / "old.csv"
+    CostTable(kept).save(old)
+    assert main(["profile", "--space", "digits_tiny", "--chip", "test-board", "--threads", "1",
+                 "--peak-flops", "1e10", "--time-budget", "3", "--merge", "--out", str(old)]) == 0
+    merged = CostTable.load(old).frame
+    new = merged[merged.kind.eq("leaf") & ~merged.block.isin(kept.block)]
+    assert len(new) == len(leaves) - len(kept)
+    scale = float(new.merge_scale.iloc[0])
+    assert 0.35 < scale < 0.7, scale  # re-timed rows measure about half of what the table holds
+    ratio = (new.set_index(["block", "input_shape"]).latency_ms
+             / leaves.set_index(["block", "input_shape"]).latency_ms).dropna()
+    assert 1.5 < float(ratio.median()) < 2.7, ratio.describe()  # the new rows are on the old scale
+
+
 def test_prune_and_chips_on_a_profiled_table(tiny_profile: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "pruned.json"
     assert main(["prune", "--space", "digits_tiny", "--table", str(tiny_profile), "--mode", "top-k",
@@ -68,9 +88,11 @@ def test_prune_and_chips_on_a_profiled_table(tiny_profile: Path, tmp_path: Path,
 
 def test_validate_prints_agreement(tiny_profile: Path, tmp_path: Path, capsys) -> None:
     assert main(["validate", str(tiny_profile), "--space", "digits_tiny", "--threads", "1", "-k", "5",
-                 "--out", str(tmp_path / "v.csv")]) == 0
+                 "--time-budget", "2", "--out", str(tmp_path / "v.csv")]) == 0
     text = capsys.readouterr().out
     assert "spearman=" in text and "mape=" in text and "within10=" in text and "ceiling=" in text
+    # relative to the reference network timed in the same rounds; the machine's drift, then and now
+    assert "within10_vs_reference=" in text and "probe_drift=" in text and "share_met=" in text
     assert len((tmp_path / "v.csv").read_text().splitlines()) == 6
 
 

@@ -380,8 +380,8 @@ def test_measure_module_conv_block() -> None:
         threads=1,
         seed=1,
         warmup=1,
-        min_runs=3,
-        max_runs=20,
+        min_rounds=3,
+        max_rounds=20,
         max_seconds=0.5,
     )
 
@@ -406,7 +406,7 @@ def test_measure_module_onnxruntime_same_static_costs() -> None:
         "onnxruntime", reason="onnxruntime not installed (pip install 'nni-hwaware[onnx]')"
     )
     model = _small_convnet()
-    options = {"warmup": 1, "min_runs": 3, "max_runs": 10, "max_seconds": 0.3}
+    options = {"warmup": 1, "min_rounds": 3, "max_rounds": 10, "max_seconds": 0.3}
     eager = measure_module(model, (3, 16, 16), **options)
     ort = measure_module(model, (3, 16, 16), backend="onnxruntime", **options)
     assert ort.providers == "CPUExecutionProvider"
@@ -428,7 +428,7 @@ def test_measure_module_onnxruntime_same_static_costs() -> None:
         ({"backend": "tvm"}, "unknown backend"),
         ({"device": "tpu"}, "device"),
         ({"threads": 0}, "threads"),
-        ({"min_runs": 1}, "min_runs"),
+        ({"min_rounds": 1}, "min_rounds"),
     ],
 )
 def test_measure_module_rejects_bad_input(kwargs: dict, match: str) -> None:

@@ -1,14 +1,20 @@
 """How well a space's cost model predicts whole networks, against how well they can be measured.
 
 ``k`` random networks of the space are built and measured end to end on this chip,
-twice, in two independent passes, with the table's timing rule. The prediction is
-compared with the first pass (Spearman, Kendall, MAPE, share within +-10 %); the
-**noise ceiling** is the Spearman of the two passes with each other: no predictor
-can rank the networks by a single measurement better than a second measurement does.
+twice, in two independent passes, each timed in shared, shuffled rounds with the space's
+reference network as the probe (:func:`~nni_hwaware.cost_model.profile.measure_samples`).
+The prediction is compared with the first pass (Spearman, Kendall, MAPE, share within
++-10 %); the share within +-10 % is also given **relative to the reference network**
+(predicted ratio to the reference against the measured per-round ratio), which cancels
+a drift of the machine's speed between profiling and checking. The **noise ceiling** is
+the Spearman of the two passes with each other: no predictor can rank the networks by a
+single measurement better than a second measurement does. ``probe_drift`` is the
+reference's p90 / p10 over the rounds: how much the machine's speed moved meanwhile.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -33,12 +39,18 @@ def agreement(predicted: Any, measured: Any) -> dict[str, float]:
 
 def check_fidelity(space: nn.Module, model: SpaceCostModel, input_shape: tuple[int, ...], k: int = 100, *,
                    seed: int = 0, device: str = "cpu", threads: int | None = None,
-                   progress: bool = False, **timing: float) -> tuple[dict[str, Any], pd.DataFrame]:
-    """Agreement of ``model`` with ``k`` measured networks, the noise ceiling, and the per-network frame."""
+                   reference: Mapping[str, Any] | None = None, progress: bool = False,
+                   **timing: float) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Agreement of ``model`` with ``k`` measured networks, the noise ceiling, and the per-network frame.
+
+    ``reference`` is the architecture timed in every round (default: each label's first value).
+    """
     threads = model.threads if threads is None else threads
     samples = random_samples(model.choices(), k, seed=seed + 7)
+    reference = dict(reference) if reference is not None else {
+        label: values[0] for label, values in model.choices().items()}
     options = {"backend": model.backend, "device": device, "batch_size": model.batch_size,
-               "threads": threads, "seed": seed, "progress": progress, **timing}
+               "threads": threads, "seed": seed, "progress": progress, "reference": reference, **timing}
     first = measure_samples(space, samples, input_shape, **options)
     second = measure_samples(space, samples, input_shape, **options)
     predicted = [model.predict(s) for s in samples]
@@ -49,8 +61,15 @@ def check_fidelity(space: nn.Module, model: SpaceCostModel, input_shape: tuple[i
         "predicted_memory_mb": [c.memory_mb for c in predicted], "measured_memory_mb": first.memory_mb,
         "flops": first.flops, "predicted_flops": [c.flops for c in predicted],
     })
+    frame["predicted_vs_reference"] = frame.predicted_latency_ms / model.predict(reference).latency_ms
+    frame["measured_vs_reference"] = first.latency_vs_reference
     latency = agreement(frame.predicted_latency_ms, frame.measured_latency_ms)
+    relative = agreement(frame.predicted_vs_reference, frame.measured_vs_reference)
+    latency["within10_vs_reference"] = relative["within10"]
+    latency["mape_vs_reference"] = relative["mape"]
     latency["ceiling"] = float(stats.spearmanr(frame.measured_latency_ms, frame.measured_again_ms).statistic)
+    latency["probe_drift"] = float(first.attrs["timing"].get("probe_drift", float("nan")))
+    latency["share_met"] = float(first.attrs["timing"]["share_met"])
     latency["n"] = len(frame)
     latency["flops_spearman"] = float(stats.spearmanr(frame.flops, frame.measured_latency_ms).statistic)
     memory = agreement(frame.predicted_memory_mb, frame.measured_memory_mb)

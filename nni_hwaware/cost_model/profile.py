@@ -1,23 +1,28 @@
 """Profile any NNI model space on one chip, and build its cost model from the table.
 
 :func:`profile_model_space` measures every distinct leaf entry of the space
-(:mod:`nni_hwaware.cost_model.leaves`) once, with the same timing rule as every
-cost table (:func:`nni_hwaware.profiling.measure_module`: warm-up, 5 ms samples
-until the coefficient of variation is at most 5 %, median, outliers dropped,
-fixed thread count, ``torch.inference_mode``), FLOPs with ``FlopCounterMode``,
-weights, and the peak of live activations (the leaf's input included). Entries a
-given table already holds are not measured again.
+(:mod:`nni_hwaware.cost_model.leaves`) once: FLOPs with ``FlopCounterMode``, weights,
+the peak of live activations (the leaf's input included), and latency with the one
+measuring engine (:func:`nni_hwaware.profiling.measure_modules`: every leaf timed once
+per round, in a shuffled order, fixed thread count, ``torch.inference_mode``, until
+every median is known within 2 % or the time budget ends; the first leaf is the probe
+whose per-round times record the machine's drift). Each row keeps its median's 95 %
+interval (``latency_low_ms`` / ``latency_high_ms``), whether it met the target
+(``met_target``) and the probe's drift (``probe_drift``, p90 / p10 over rounds). Entries
+a given table already holds are not measured again; a few of them are re-timed in the
+same rounds as the new ones, and the new rows are rescaled by the median of
+(re-timed / stored), so that a merged table keeps one scale (``merge_scale``).
 
 What no leaf covers (a cell's sum of its edges, a residual add around a choice,
 the framework's per-call overhead of a whole network, caches that a leaf timed on
 its own finds warm) is one per-network factor: a few random networks of the space
-are measured end to end and the median ratio of measured to summed latency is
-stored (column ``latency_scale``) in the table's ``network`` row of the space, by
-which every prediction's latency is multiplied; the row's ``latency_ms`` is the
-median gap, for information. A ratio, rather than a constant gap, because the
-cache misses of a network grow with its work: on the project's own spaces (the
-own-space example and digits, 60 networks each, 12 calibration networks) it had a
-median bias of -1.8 % and 0.7 % where a constant gap had -5.5 % and 0.2 %.
+are measured end to end (in shared rounds) and the median ratio of measured to
+summed latency is stored (column ``latency_scale``) in the table's ``network`` row of
+the space, by which every prediction's latency is multiplied; the row's
+``latency_ms`` is the median gap, for information. A ratio, rather than a constant
+gap, because the cache misses of a network grow with its work: on the project's own
+spaces (the own-space example and digits, 60 networks each, 12 calibration networks)
+it had a median bias of -1.8 % and 0.7 % where a constant gap had -5.5 % and 0.2 %.
 
 :func:`space_cost_model` turns the table's rows into a
 :class:`~nni_hwaware.cost_model.model.SpaceCostModel` (no measuring).
@@ -28,6 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,16 +51,19 @@ from nni_hwaware.profiling import (
     BYTES_PER_MB,
     detect_chip,
     fixed_threads,
-    measure_module,
+    measure_modules,
     measure_peak_flops,
 )
 
 __all__ = ["TIMING", "measure_samples", "profile_model_space", "random_samples", "space_cost_model"]
 
-#: Timing options of tables and of the networks they are checked against (5 ms samples).
-TIMING: dict[str, float] = {"min_sample_ms": 5.0}
-#: An entry whose spread stays above ``target_cv`` is measured again, at most this often.
-RETRIES = 2
+#: Timing options of tables and of the networks they are checked against: 2 ms samples,
+#: rounds until every median is known within 2 % (or 0.5 s per item, at least 2 s, pass).
+TIMING: dict[str, float] = {"min_sample_ms": 2.0}
+#: A leaf row's timing columns (a network row has its own).
+_LEAF_TIMING = ("latency_low_ms", "latency_high_ms", "met_target", "timing_rounds", "probe_drift", "merge_scale")
+#: Rows of a table re-timed beside the new ones when profiling into it (``--merge``).
+MERGE_ANCHORS = 6
 
 
 def _fingerprint(leaves: SpaceLeaves) -> str:
@@ -79,31 +88,42 @@ def random_samples(choices: Mapping[str, list[Any]], k: int, seed: int = 0) -> l
     return list(seen.values())
 
 
-def _measure(module: nn.Module, shape: tuple[int, ...], *, target_cv: float, **options: Any) -> Any:
-    cost = measure_module(module, shape, **options)
-    for _ in range(RETRIES):
-        if cost.latency.cv <= target_cv:
-            break
-        again = measure_module(module, shape, **options)
-        cost = min(cost, again, key=lambda c: c.latency.cv)
-    return cost
-
-
 def measure_samples(space: nn.Module, samples: list[dict[str, Any]], input_shape: tuple[int, ...], *,
                     backend: str = "torch", device: str = "cpu", batch_size: int = 1,
                     threads: int | None = 1, seed: int = 0, progress: bool = True,
-                    **timing: float) -> pd.DataFrame:
-    """Measure whole networks of ``space`` end to end: latency_ms, memory_mb, flops, params."""
+                    reference: Mapping[str, Any] | None = None, **timing: float) -> pd.DataFrame:
+    """Measure whole networks of ``space`` end to end, timed in shared rounds.
+
+    Columns: latency_ms (median over rounds), latency_low_ms / latency_high_ms (its 95 %
+    interval), latency_cv, memory_mb, flops, params; with a ``reference`` architecture
+    (timed in every round, the probe) also ``latency_vs_reference``, each network's
+    per-round ratio to it (geometric mean), which cancels the machine's drift between
+    this measurement and another. ``frame.attrs["timing"]`` holds the rounds, the share
+    of networks that met the target and the probe's drift.
+    """
     timing = {**TIMING, **timing}
     input_mb = 4 * batch_size * math.prod(input_shape) / BYTES_PER_MB
+    networks = [space.freeze(sample) for sample in tqdm(samples, desc="building networks", disable=not progress,
+                                                        unit="net")]
+    probe = None
+    if reference is not None:
+        networks.append(space.freeze(dict(reference)))
+        probe = len(networks) - 1
+    costs, rounds = measure_modules(networks, [input_shape] * len(networks), batch_size=batch_size,
+                                    backend=backend, device=device, threads=threads, seed=seed, probe=probe,
+                                    **timing)
     records = []
-    for sample in tqdm(samples, desc="measuring networks", disable=not progress, unit="net"):
-        network = space.freeze(sample)
-        cost = measure_module(network, input_shape, batch_size=batch_size, backend=backend, device=device,
-                              threads=threads, seed=seed, **timing)
-        records.append({"latency_ms": cost.latency.median_ms, "latency_cv": cost.latency.cv,
-                        "memory_mb": cost.memory_mb + input_mb, "flops": cost.flops, "params": cost.params})
-    return pd.DataFrame.from_records(records)
+    for i, cost in enumerate(costs[: len(samples)]):
+        record = {"latency_ms": cost.latency.median_ms, "latency_low_ms": cost.latency.low_ms,
+                  "latency_high_ms": cost.latency.high_ms, "latency_cv": cost.latency.cv,
+                  "memory_mb": cost.memory_mb + input_mb, "flops": cost.flops, "params": cost.params}
+        if probe is not None:
+            record["latency_vs_reference"] = float(rounds.ratio(i, probe)["ratio"])
+        records.append(record)
+    frame = pd.DataFrame.from_records(records)
+    frame.attrs["timing"] = {"rounds": rounds.rounds, "share_met": rounds.share_met, "seconds": rounds.seconds,
+                             **rounds.drift}
+    return frame
 
 
 def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: str | None = None,
@@ -119,13 +139,14 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
     the result holds them and the new rows. ``threads`` is the intra-op thread count (1
     by default: the steadiest on a shared CPU); ``peak_flops`` the chip's peak ``C``
     (measured by a short matrix-multiply benchmark when not given);
-    ``calibration_samples`` whole networks set the per-network term (0: none).
+    ``calibration_samples`` whole networks set the per-network term (0: none); ``timing``
+    takes the options of :func:`~nni_hwaware.profiling.rounds.time_in_rounds` (``max_seconds``:
+    the budget of all rounds, :func:`~nni_hwaware.profiling.measure.time_budget` by default).
     """
     if peak_flops is not None and not (math.isfinite(peak_flops) and peak_flops > 0):
         raise HwAwareError(f"peak_flops must be a positive number of FLOP/s, got {peak_flops}")
     leaves = leaves or find_leaves(space, dummy_input)
     timing = {**TIMING, **timing}
-    target_cv = float(timing.get("target_cv", 0.05))
     with fixed_threads(threads) as n_threads:
         info = detect_chip(device, n_threads)
         chip = chip or info.name
@@ -137,29 +158,25 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
         todo = [i for i, e in enumerate(leaves.entries) if (e.block, e.shape_str) not in have]
         peak = peak_flops if peak_flops is not None else (
             _table_peak(table, chip) or measure_peak_flops(device))
+        anchors = [i for i, e in enumerate(leaves.entries) if (e.block, e.shape_str) in have][:MERGE_ANCHORS]
         records = []
-        for i in tqdm(todo, desc=f"profiling on {chip}", disable=not progress, unit="leaf"):
-            entry, module = leaves.entries[i], leaves.modules[i]
-            cost = _measure(module, entry.input_shapes[0], target_cv=target_cv, batch_size=batch_size,
-                            backend=backend, device=device, threads=n_threads, seed=seed, **timing)
-            input_mb = 4 * batch_size * sum(math.prod(s) for s in entry.input_shapes) / BYTES_PER_MB
-            activation_mb = cost.activation_mb + input_mb
-            latency = cost.latency
-            records.append({
-                "block": entry.block, "kind": "leaf", "input_shape": entry.shape_str,
-                "out_channels": max(1, entry.output_shape[0] if entry.output_shape else 1), "stride": 1,
-                "chip": chip, "backend": backend, "batch_size": batch_size,
-                "latency_ms": latency.median_ms, "latency_std_ms": latency.std_ms,
-                "latency_cv": latency.cv, "runs": latency.runs,
-                "param_mb": cost.param_mb, "activation_mb": activation_mb,
-                "memory_mb": cost.param_mb + activation_mb,
-                "flops": cost.flops, "params": cost.params, "peak_flops": peak,
-                "utilisation": cost.flops / (latency.median_ms / 1000 * peak),
-                "torch_version": torch.__version__, "threads": n_threads,
-                "profiled_at": dt.date.today().isoformat(), "device": info.device,
-                "providers": cost.providers,
-                "spec": entry.spec, "output_shape": "x".join(map(str, entry.output_shape)),
-            })
+        if todo:
+            timed = todo + (anchors if table is not None else [])
+            if progress:
+                print(f"profiling {len(todo)} leaves on {chip} in shared rounds"
+                      + (f" (re-timing {len(anchors)} of the table's rows for its scale)" if anchors else ""),
+                      file=sys.stderr)
+            costs, rounds = measure_modules([leaves.modules[i] for i in timed],
+                                            [leaves.entries[i].input_shapes[0] for i in timed],
+                                            batch_size=batch_size, backend=backend, device=device,
+                                            threads=n_threads, seed=seed, probe=0, **timing)
+            scale = _merge_scale(table, [leaves.entries[i] for i in anchors], costs[len(todo):],
+                                 chip=chip, backend=backend, batch_size=batch_size)
+            drift = rounds.drift.get("probe_drift", math.nan)
+            for i, cost in zip(todo, costs[: len(todo)], strict=True):
+                records.append(_leaf_row(leaves.entries[i], cost, scale, chip=chip, backend=backend,
+                                         batch_size=batch_size, peak=peak, n_threads=n_threads, info=info,
+                                         rounds=rounds.rounds, drift=drift, target=rounds.target))
         new = CostTable.from_records(records) if records else None
         result = table.merge(new) if (table is not None and new is not None) else (new or table)
         if result is None:
@@ -186,6 +203,47 @@ def _table_peak(table: CostTable | None, chip: str) -> float | None:
     return float(rows.peak_flops.iloc[0]) if len(rows) else None
 
 
+def _merge_scale(table: CostTable | None, entries: list[Any], costs: list[Any], *, chip: str, backend: str,
+                 batch_size: int) -> float:
+    """Median of (re-timed / stored) latency over the anchor rows: what puts new rows on the table's scale."""
+    if table is None or not entries:
+        return 1.0
+    frame = table.frame
+    frame = frame[(frame.chip == chip) & (frame.backend == backend) & (frame.batch_size == batch_size)]
+    stored: dict[tuple[str, str], float] = {}
+    for block, shape, ms in zip(frame.block, frame.input_shape, frame.latency_ms, strict=True):
+        stored.setdefault((block, shape), float(ms))
+    ratios = [cost.latency.median_ms / stored[(e.block, e.shape_str)] for e, cost in zip(entries, costs, strict=True)]
+    return float(np.median(ratios))
+
+
+def _leaf_row(entry: Any, cost: Any, scale: float, *, chip: str, backend: str, batch_size: int, peak: float,
+              n_threads: int, info: Any, rounds: int, drift: float, target: float) -> dict[str, Any]:
+    """One table row of a measured leaf; its latency divided by the merge ``scale``."""
+    input_mb = 4 * batch_size * sum(math.prod(s) for s in entry.input_shapes) / BYTES_PER_MB
+    activation_mb = cost.activation_mb + input_mb
+    latency = cost.latency
+    median = latency.median_ms / scale
+    return {
+        "block": entry.block, "kind": "leaf", "input_shape": entry.shape_str,
+        "out_channels": max(1, entry.output_shape[0] if entry.output_shape else 1), "stride": 1,
+        "chip": chip, "backend": backend, "batch_size": batch_size,
+        "latency_ms": median, "latency_std_ms": latency.std_ms / scale,
+        "latency_cv": latency.cv, "runs": latency.runs,
+        "param_mb": cost.param_mb, "activation_mb": activation_mb,
+        "memory_mb": cost.param_mb + activation_mb,
+        "flops": cost.flops, "params": cost.params, "peak_flops": peak,
+        "utilisation": cost.flops / (median / 1000 * peak),
+        "torch_version": torch.__version__, "threads": n_threads,
+        "profiled_at": dt.date.today().isoformat(), "device": info.device,
+        "providers": cost.providers,
+        "spec": entry.spec, "output_shape": "x".join(map(str, entry.output_shape)),
+        "latency_low_ms": latency.low_ms / scale, "latency_high_ms": latency.high_ms / scale,
+        "met_target": bool(latency.half_width <= target), "timing_rounds": rounds,
+        "probe_drift": drift, "merge_scale": scale,
+    }
+
+
 def _network_row(space: nn.Module, leaves: SpaceLeaves, table: CostTable, k: int, *, chip: str,
                  backend: str, device: str, batch_size: int, threads: int, seed: int, progress: bool,
                  template: dict[str, Any], **timing: float) -> CostTable:
@@ -200,7 +258,7 @@ def _network_row(space: nn.Module, leaves: SpaceLeaves, table: CostTable, k: int
     gaps = measured["latency_ms"].to_numpy() - summed
     overhead = max(float(np.median(gaps)), 1e-6)
     scale = float(np.median(measured["latency_ms"].to_numpy() / summed))
-    keep = {c: template[c] for c in template if c not in ("spec", "output_shape")}
+    keep = {c: template[c] for c in template if c not in ("spec", "output_shape", *_LEAF_TIMING)}
     row = {**keep, "block": network_block(leaves), "kind": "network",
            "input_shape": "x".join(map(str, leaves.input_shape)), "out_channels": 1, "stride": 1,
            "latency_ms": overhead, "latency_std_ms": float(np.std(gaps)),

@@ -2,9 +2,12 @@
 
 The building blocks of the per-chip cost tables:
 
-* :func:`measure_module` -- everything at once, as a :class:`ModuleCost`;
-* :func:`measure_latency` -- the timing loop (warm-up, calibration, CV
-  stopping rule, median +- 3 * 1.4826 * MAD outlier rejection);
+* :func:`measure_modules` / :func:`measure_module` -- everything at once, as
+  :class:`ModuleCost` objects, the latencies timed by the one measuring engine;
+* :func:`time_in_rounds` -- that engine: every item timed once per round in a
+  shuffled order, medians over rounds with 95 % intervals, a probe's drift;
+* :func:`measure_latency` -- one callable timed on its own until its CV is small
+  (the sequential rule: kept for a single callable, which no table uses);
 * :func:`count_flops` (2 x MACs), :func:`count_params`,
   :func:`param_bytes`, :func:`peak_activation_bytes`;
 * :func:`detect_chip`, :func:`measure_peak_flops`, :func:`fixed_threads`;
@@ -32,8 +35,9 @@ from nni_hwaware.profiling.backends import (
 from nni_hwaware.profiling.chips import ChipInfo, detect_chip, fixed_threads, measure_peak_flops
 from nni_hwaware.profiling.flops import count_flops, count_params
 from nni_hwaware.profiling.interleaved import interleaved_latency
-from nni_hwaware.profiling.measure import BYTES_PER_MB, ModuleCost, measure_module
+from nni_hwaware.profiling.measure import BYTES_PER_MB, ModuleCost, measure_module, measure_modules
 from nni_hwaware.profiling.memory import param_bytes, peak_activation_bytes
+from nni_hwaware.profiling.rounds import ItemTiming, RoundsTiming, median_interval, time_in_rounds
 from nni_hwaware.profiling.timing import LatencyStats, measure_latency, split_outliers
 
 __all__ = [
@@ -42,9 +46,11 @@ __all__ = [
     "ONNX_OPSET",
     "Backend",
     "ChipInfo",
+    "ItemTiming",
     "LatencyStats",
     "ModuleCost",
     "OnnxRuntimeBackend",
+    "RoundsTiming",
     "Runner",
     "TorchBackend",
     "available_backends",
@@ -57,9 +63,12 @@ __all__ = [
     "interleaved_latency",
     "measure_latency",
     "measure_module",
+    "measure_modules",
     "measure_peak_flops",
+    "median_interval",
     "param_bytes",
     "peak_activation_bytes",
     "register_backend",
     "split_outliers",
+    "time_in_rounds",
 ]

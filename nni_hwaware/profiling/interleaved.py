@@ -2,39 +2,38 @@
 
 A shared machine's load comes in bursts; timing one network after the other lets a
 burst land on one of them only. :func:`interleaved_latency` times the two networks
-in alternating rounds (A B, B A, A B, ...) in one process, each round with the cost
-tables' timing rule, and reports the ratio ``B / A`` as the geometric mean of the
-per-round ratios with a 95 % Student-t interval on their logarithms.
+with the one measuring engine (:func:`~nni_hwaware.profiling.rounds.time_in_rounds`:
+each round times both, in a shuffled order) and reports the ratio ``B / A`` as the
+geometric mean of the per-round ratios with a 95 % Student-t interval on their
+logarithms.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling.backends import get_backend
 from nni_hwaware.profiling.chips import fixed_threads
-from nni_hwaware.profiling.timing import measure_latency
+from nni_hwaware.profiling.rounds import time_in_rounds
 
 __all__ = ["interleaved_latency"]
 
 
-def interleaved_latency(a: nn.Module, b: nn.Module, input_shape: tuple[int, ...], *, rounds: int = 10,
+def interleaved_latency(a: nn.Module, b: nn.Module, input_shape: tuple[int, ...], *, rounds: int = 20,
                         batch_size: int = 1, threads: int | None = 1, backend: str = "torch",
                         device: str = "cpu", seed: int = 0, min_sample_ms: float = 5.0,
-                        max_seconds: float = 2.0) -> dict[str, Any]:
-    """Latency of ``a`` and ``b`` timed in alternating rounds; ``ratio`` is ``b / a``.
+                        max_seconds: float = 20.0, target: float = 0.02) -> dict[str, Any]:
+    """Latency of ``a`` and ``b`` timed in shared rounds; ``ratio`` is ``b / a``.
 
-    Returns ``{a_ms, b_ms (medians over rounds), ratio, ci95: [low, high], rounds, spread}``,
-    ``spread`` being the largest relative spread (std / median) of either network over rounds.
+    At least ``rounds`` rounds, more until both medians are known within ``target`` or
+    ``max_seconds`` pass. Returns ``{a_ms, b_ms (medians over rounds), a_ci95, b_ci95,
+    ratio, ci95: [low, high], rounds, spread}``, ``spread`` being the ratio's interval as a
+    share of the ratio (its larger half): how precisely the machine let the two be compared.
     """
-    from scipy import stats
-
     if rounds < 2:
         raise HwAwareError(f"interleaved timing needs at least 2 rounds, got {rounds}")
     runtime = get_backend(backend)
@@ -42,18 +41,11 @@ def interleaved_latency(a: nn.Module, b: nn.Module, input_shape: tuple[int, ...]
         generator = torch.Generator().manual_seed(seed)
         example = torch.randn((batch_size, *input_shape), generator=generator)
         runners = [runtime.prepare(net, example, device) for net in (a, b)]
-        times: list[list[float]] = [[], []]
-        for r in range(rounds):
-            for which in ((0, 1) if r % 2 == 0 else (1, 0)):
-                runner = runners[which]
-                latency = measure_latency(runner, min_sample_ms=min_sample_ms, max_seconds=max_seconds,
-                                          sync=runner.sync)
-                times[which].append(latency.median_ms)
-    a_ms, b_ms = np.asarray(times[0]), np.asarray(times[1])
-    logs = np.log(b_ms / a_ms)
-    half = float(stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
-    spread = max(float(x.std(ddof=1) / np.median(x)) for x in (a_ms, b_ms))
-    return {"a_ms": float(np.median(a_ms)), "b_ms": float(np.median(b_ms)),
-            "ratio": float(math.exp(logs.mean())),
-            "ci95": [float(math.exp(logs.mean() - half)), float(math.exp(logs.mean() + half))],
-            "rounds": rounds, "spread": spread}
+        timing = time_in_rounds(runners, min_sample_ms=min_sample_ms, min_rounds=rounds,
+                                max_rounds=max(rounds, 1000), target=target, max_seconds=max_seconds, seed=seed)
+    ratio = timing.ratio(1, 0)
+    low, high = ratio["ci95"]
+    return {"a_ms": timing[0].median_ms, "b_ms": timing[1].median_ms,
+            "a_ci95": [timing[0].low_ms, timing[0].high_ms], "b_ci95": [timing[1].low_ms, timing[1].high_ms],
+            "ratio": ratio["ratio"], "ci95": ratio["ci95"], "rounds": timing.rounds,
+            "spread": max(high / ratio["ratio"] - 1, 1 - low / ratio["ratio"])}

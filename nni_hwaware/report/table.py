@@ -161,7 +161,7 @@ def measured_markdown(result: ModelResult) -> str:
     lines = [f"\n{result.name} vs baseline:\n",
              f"- latency ratio, measured interleaved: {comparison['latency_ratio']:.3f} "
              f"(95 % interval {low:.3f} to {high:.3f}, {comparison.get('rounds', '?')} rounds, "
-             f"spread {100 * comparison['spread']:.1f} %)"]
+             f"known within ±{100 * comparison['spread']:.1f} %)"]
     if comparison.get("predicted_latency_ratio") is not None:
         lines.append(f"- latency ratio, predicted: {comparison['predicted_latency_ratio']:.3f}")
     if comparison.get("memory_ratio") is not None:

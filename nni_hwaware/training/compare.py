@@ -1,13 +1,12 @@
 """The found network against the baseline, measured the way a report can be trusted with.
 
-Both networks are timed in alternating rounds in one process
-(:func:`~nni_hwaware.profiling.interleaved_latency`: A B, B A, ... for ``rounds``
-rounds), so a burst of load on a shared machine lands on both. The latency ratio
-``found / baseline`` is the geometric mean of the per-round ratios with a 95 %
-Student-t interval. A warning line is added when the measured ratio differs from
-the cost table's predicted ratio by more than :data:`RATIO_TOLERANCE`, or when
-either network's timing spread (std / median over rounds) exceeds
-:data:`SPREAD_LIMIT`.
+Both networks are timed in shared, shuffled rounds in one process
+(:func:`~nni_hwaware.profiling.interleaved_latency`, at least ``rounds`` rounds), so a
+burst of load on a shared machine lands on both. The latency ratio ``found / baseline``
+is the geometric mean of the per-round ratios with a 95 % Student-t interval. A
+warning line is added when the measured ratio differs from the cost table's predicted
+ratio by more than :data:`RATIO_TOLERANCE`, or when the ratio's interval is wider than
+:data:`SPREAD_LIMIT` of it (its larger half).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ __all__ = ["RATIO_TOLERANCE", "SPREAD_LIMIT", "compare_with_baseline", "comparis
 
 #: Measured and predicted latency ratios further apart than this (relative) get a warning.
 RATIO_TOLERANCE = 0.10
-#: A timing spread (std / median over rounds) above this gets a warning.
+#: A ratio whose 95 % interval's larger half exceeds this share of it gets a warning.
 SPREAD_LIMIT = 0.05
 
 
@@ -36,12 +35,12 @@ def comparison_warnings(comparison: Mapping[str, Any]) -> list[str]:
                      f"{100 * RATIO_TOLERANCE:.0f} %): the cost table may not fit this machine; re-profile it")
     spread = comparison.get("spread")
     if spread is not None and spread > SPREAD_LIMIT:
-        lines.append(f"warning: the timing spread is {100 * spread:.1f} % (over {100 * SPREAD_LIMIT:.0f} %): "
-                     "the machine was busy while measuring; re-run the comparison on a quiet machine")
+        lines.append(f"warning: the latency ratio is known only within {100 * spread:.1f} % (over "
+                     f"{100 * SPREAD_LIMIT:.0f} %): the machine was busy while measuring; re-run the comparison")
     return lines
 
 
-def compare_with_baseline(space: Any, baseline: ModelResult, found: ModelResult, *, rounds: int = 10,
+def compare_with_baseline(space: Any, baseline: ModelResult, found: ModelResult, *, rounds: int = 20,
                           batch_size: int = 1, backend: str = "torch", device: str = "cpu",
                           threads: int | None = 1, seed: int = 0) -> tuple[ModelResult, ModelResult]:
     """``baseline`` and ``found`` with their latencies timed interleaved; ``found.extra["vs_baseline"]``

@@ -1,0 +1,129 @@
+"""The interleaved measuring engine on a toy with known ratios and a clock whose speed moves in phases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.profiling.rounds import median_interval, time_in_rounds
+from nni_hwaware.profiling.timing import measure_latency
+
+#: True per-call costs (ms) of the toy items: their ratios are what a table must get right.
+COSTS = (1.2, 3.0, 7.5, 2.1, 12.0, 4.8)
+
+
+class PhasedClock:
+    """A deterministic fake clock: the machine's speed changes in phases of 50-500 ms (seeded).
+
+    In each phase every call costs its item's cost times the phase's slowdown, drawn from
+    1.0-2.3 (the same network took 1.7 to 4.0 ms within seconds on a shared machine).
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        lengths = rng.uniform(0.05, 0.5, 20_000)
+        self.ends = np.cumsum(lengths)
+        self.slowdowns = 1.0 + 1.3 * rng.uniform(size=len(lengths))
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def slowdown(self) -> float:
+        return float(self.slowdowns[min(np.searchsorted(self.ends, self.now), len(self.ends) - 1)])
+
+    def runner(self, cost_ms: float):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            self.now += cost_ms * self.slowdown() / 1000.0
+
+        return run
+
+
+def _worst_ratio_error(estimates: list[float]) -> float:
+    ratios = np.asarray(estimates) / estimates[0]
+    truth = np.asarray(COSTS) / COSTS[0]
+    return float(np.max(np.abs(ratios / truth - 1)))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_interleaved_rounds_recover_the_true_ratios_and_the_sequential_rule_does_not(seed: int) -> None:
+    clock = PhasedClock(seed)
+    timing = time_in_rounds([clock.runner(c) for c in COSTS], min_sample_ms=5.0, max_rounds=3000,
+                            max_seconds=600.0, target=0.02, seed=seed, clock=clock)
+    assert not timing.missed, [timing[i].half_width for i in timing.missed]
+    assert _worst_ratio_error([item.median_ms for item in timing.items]) <= 0.02
+
+    clock = PhasedClock(seed)  # the same machine, the per-item "until CV <= 5 %" rule
+    sequential = [measure_latency(clock.runner(c), min_sample_ms=5.0, target_cv=0.05, clock=clock).median_ms
+                  for c in COSTS]
+    assert _worst_ratio_error(sequential) > 0.05
+
+
+def test_every_round_times_every_item_once_in_a_seeded_shuffled_order() -> None:
+    order: list[int] = []
+    now = [0.0]
+
+    def runner(k: int):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            order.append(k)
+            now[0] += 0.002  # 2 ms: one call per 1 ms sample
+
+        return run
+
+    def go(seed: int) -> list[int]:
+        order.clear()
+        time_in_rounds([runner(k) for k in range(4)], warmup=0, min_rounds=5, max_rounds=5, seed=seed,
+                       clock=lambda: now[0])
+        return order[4:]  # after one calibration call each
+
+    first = go(1)
+    rounds = [first[i:i + 4] for i in range(0, 20, 4)]
+    assert all(sorted(r) == [0, 1, 2, 3] for r in rounds)
+    assert len({tuple(r) for r in rounds}) > 1  # shuffled
+    assert go(1) == first and go(2) != first  # seeded
+
+
+def test_steady_items_stop_at_min_rounds_and_a_time_budget_reports_misses() -> None:
+    now = [0.0]
+
+    def steady(cost: float):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            now[0] += cost / 1000
+
+        return run
+
+    timing = time_in_rounds([steady(1.0), steady(3.0)], min_rounds=10, clock=lambda: now[0])
+    assert timing.rounds == 10 and not timing.missed and timing.share_met == 1.0
+    assert timing[1].median_ms == pytest.approx(3.0) and timing.ratio(1, 0)["ratio"] == pytest.approx(3.0)
+
+    calls = [0]
+
+    def noisy() -> None:
+        calls[0] += 1
+        now[0] += (1.0 + (calls[0] % 7) * 0.3) / 1000
+
+    timing = time_in_rounds([steady(1.0), noisy], min_rounds=10, max_seconds=0.05, clock=lambda: now[0])
+    assert timing.missed == [1] and timing.share_met == 0.5  # reported, not hidden
+    assert timing.seconds >= 0.05
+
+
+def test_probe_drift_and_median_interval() -> None:
+    median, low, high = median_interval(range(1, 101))
+    assert median == 50.5 and low < median < high and (low, high) == (41, 60)
+    assert median_interval([1.0, 2.0])[1] == -math.inf  # too few samples for a 95 % interval
+    clock = PhasedClock(0)
+    timing = time_in_rounds([clock.runner(1.0), clock.runner(2.0)], probe=0, min_rounds=400, max_rounds=400,
+                            clock=clock)
+    drift = timing.drift
+    assert drift["probe_drift"] > 1.2 and drift["probe_p10_ms"] < drift["probe_ms"] < drift["probe_p90_ms"]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"min_rounds": 1}, "min_rounds must be"), ({"target": -0.1}, "target must be"),
+    ({"max_seconds": 0}, "max_seconds must be"), ({"probe": 3}, "probe must index")])
+def test_bad_options_are_one_line_errors(options: dict, message: str) -> None:
+    with pytest.raises(HwAwareError, match=message):
+        time_in_rounds([lambda: None], **options)

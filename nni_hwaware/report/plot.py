@@ -18,7 +18,7 @@ from typing import Any
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_atomically
 
-__all__ = ["PLOT_INSTALL_HINT", "PlotPoint", "accuracy_latency_plot", "pareto_front"]
+__all__ = ["PLOT_INSTALL_HINT", "PlotPoint", "accuracy_latency_plot", "calibration_plot", "pareto_front"]
 
 PLOT_INSTALL_HINT = "pip install 'nni-hwaware[plot]'"
 
@@ -94,6 +94,42 @@ def accuracy_latency_plot(points: Sequence[PlotPoint], path: str | os.PathLike[s
             ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+    finally:
+        plt.close(fig)
+    return write_atomically(path, buffer.getvalue())
+
+
+def calibration_plot(predicted: Sequence[float], measured: Sequence[float], path: str | os.PathLike[str], *,
+                     budget_ms: float | None = None, title: str = "") -> Path:
+    """Predicted against measured latency of every trial: the diagonal, the budget, the trials over it."""
+    if not predicted:
+        raise HwAwareError("nothing to plot: no trial reported both a predicted and a measured latency")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.6, 4.6), dpi=120)
+    try:
+        over = [budget_ms is not None and m > budget_ms for m in measured]
+        inside = [not o for o in over]
+        for keep, label, color in ((inside, "trial", "tab:blue"), (over, "over budget, measured", "tab:red")):
+            xs = [p for p, k in zip(predicted, keep, strict=True) if k]
+            ys = [m for m, k in zip(measured, keep, strict=True) if k]
+            if xs:
+                ax.scatter(xs, ys, s=22, color=color, label=f"{label} ({len(xs)})", zorder=3)
+        top = max(max(predicted), max(measured), budget_ms or 0.0) * 1.05
+        ax.plot([0, top], [0, top], color="black", linewidth=0.8, label="measured = predicted")
+        if budget_ms is not None:
+            ax.axhline(budget_ms, color="tab:red", linewidth=0.8, linestyle="--", label="latency budget")
+            ax.axvline(budget_ms, color="tab:red", linewidth=0.5, linestyle=":")
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_xlabel("latency, predicted by the cost table (ms)")
+        ax.set_ylabel("latency, measured by the trial (ms)")
+        if title:
+            ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
         fig.tight_layout()
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png")

@@ -8,6 +8,9 @@ into ``<experiment dir>/hwaware/report/``:
 * ``accuracy_latency.png``: the two retrained networks, measured;
 * ``pareto.png``: validation accuracy against the cost table's latency of every
   trial, the Pareto front drawn and the baseline marked;
+* ``calibration.png``: every trial's latency as predicted by the table against as
+  measured by the trial on its machine, the budget line, the trials over it marked;
+  ``comparison.md`` ends with how many trials were over each budget as measured;
 * ``results.json``: everything above as data, from which ``nni-hwaware report``
   renders the files again.
 """
@@ -64,6 +67,30 @@ def write_retrain_report(out_dir: str | os.PathLike[str], metric: Mapping[str, A
     return paths, list(found.extra.get("vs_baseline", {}).get("warnings", []))
 
 
+def _calibration(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any]) -> dict[str, Any]:
+    """Predicted and measured latencies of the trials that report both, and the over-budget counts."""
+    both = [t for t in trials if isinstance(t.get("predicted_latency_ms"), (int, float))
+            and isinstance(t.get("latency_ms"), (int, float))]
+    lines = []
+    for metric, unit in (("latency_ms", "ms"), ("memory_mb", "MB")):
+        limit = budget.get(metric)
+        measured = [t for t in trials if isinstance(t.get(metric), (int, float))
+                    and isinstance(t.get(f"predicted_{metric}"), (int, float))]
+        if limit is None or not measured:
+            continue
+        over = sum(float(t[metric]) > float(limit) for t in measured)
+        predicted_over = sum(float(t[f"predicted_{metric}"]) > float(limit) for t in measured)
+        lines.append(f"{metric}: {over} of {len(measured)} trials over the budget of {float(limit):.3g} {unit} "
+                     f"as measured ({predicted_over} as predicted)")
+    if both:
+        ratios = [float(t["latency_ms"]) / float(t["predicted_latency_ms"]) for t in both]
+        ratios.sort()
+        lines.append(f"measured / predicted latency: median {ratios[len(ratios) // 2]:.3f}, "
+                     f"from {ratios[0]:.3f} to {ratios[-1]:.3f} over {len(both)} trials")
+    return {"predicted": [float(t["predicted_latency_ms"]) for t in both],
+            "measured": [float(t["latency_ms"]) for t in both], "lines": lines}
+
+
 def render_search_report(results_file: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """Render the report files from a ``results.json`` written by :func:`write_search_report`."""
     from nni_hwaware.report.plot import PlotPoint, accuracy_latency_plot
@@ -76,7 +103,18 @@ def render_search_report(results_file: str | os.PathLike[str], out_dir: str | os
     out = Path(out_dir)
     title = f"best of {len(data['trials'])} trials vs {baseline.name} ({baseline.space}, {baseline.chip})"
     paths = write_report(out, baseline, [best], title=title)
-    points = [PlotPoint(float(t["latency_ms"]), 100 * float(t["default"]), "", "trial")
+    budget = dict(data.get("budget") or {})
+    calibration = _calibration(data["trials"], budget)
+    if calibration["lines"]:
+        with open(paths["markdown"], "a", encoding="utf-8") as md:
+            md.write("\n## Trials, predicted and measured\n\n" + "".join(f"- {line}\n" for line in calibration["lines"]))
+    if calibration["predicted"]:
+        from nni_hwaware.report.plot import calibration_plot
+
+        paths["calibration"] = calibration_plot(calibration["predicted"], calibration["measured"],
+                                                out / "calibration.png", budget_ms=budget.get("latency_ms"),
+                                                title=f"{len(calibration['predicted'])} trials on {baseline.chip}")
+    points = [PlotPoint(float(t.get("predicted_latency_ms", t["latency_ms"])), 100 * float(t["default"]), "", "trial")
               for t in data["trials"] if isinstance(t.get("latency_ms"), (int, float))
               and isinstance(t.get("default"), (int, float))]
     base_ms = data.get("baseline_predicted_ms") or baseline.predicted_latency_ms

@@ -2,9 +2,10 @@
 
 ``hardware_evaluator(space)`` is a ``FunctionalEvaluator`` whose arguments
 are plain values (NNI serialises them into each trial): the network NNI froze
-is trained on the space's data set and reported as
-:func:`nni_hwaware.trial.run.trial_metrics` (``default`` = validation top-1,
-plus the cost model's latency, memory, FLOPs, params and the echoed ``arch``).
+is trained on the space's data set, timed beside the space's reference network, and
+reported as :func:`nni_hwaware.trial.run.trial_metrics` (``default`` = validation top-1,
+the measured latency and memory, the cost model's predictions, FLOPs, params and the
+echoed ``arch``).
 ``space`` is anything :func:`~nni_hwaware.spaces.resolve.resolve_space` takes as a
 string (a registered name, ``nni:<hub space>``, ``module:callable``), with ``space_args``.
 """
@@ -43,26 +44,29 @@ def evaluate_network(model: Any, space: str | Any, table: str | None = None, chi
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.training.train import TrainConfig, train_network
     from nni_hwaware.trial.parameters import KEY, TrialParameters
-    from nni_hwaware.trial.run import trial_metrics
+    from nni_hwaware.trial.run import measured_costs, trial_metrics
 
     named = resolve_space(space, **(space_args or {}))
     sample = dict(sample or getattr(model, "arch", None) or {})
     arch = named.check_architecture({k: v for k, v in sample.items() if not k.startswith("_")})
-    if KEY in sample:  # proposed by the PPO strategy: the costs came with the sample
-        costs = TrialParameters.from_dict(sample).costs
+    reference: dict[str, Any] = {}
+    if KEY in sample:  # proposed by the PPO strategy: the costs and the reference came with the sample
+        carried = TrialParameters.from_dict(sample)
+        costs, reference = carried.costs, carried.reference
     elif table is None or not Path(table).is_file():
         raise HwAwareError(f"cost table {table} does not exist here: profile the space first, or search with "
                            "PPOStrategy (its samples carry their costs)")
     else:
-        costs = load_space_model(named, table, chip=chip, backend=backend,
-                                 batch_size=batch_size).predict(arch).metrics()
+        model = load_space_model(named, table, chip=chip, backend=backend, batch_size=batch_size)
+        costs, reference = model.predict(arch).metrics(), dict(named.baseline(model))
     config = TrainConfig.from_dict(train or {})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         network = named.build(arch)  # weights from the seed, not the supernet's
     result = train_network(network, named.dataset, config, input_shape=named.input_shape,
                            on_epoch=lambda epoch, r: nni.report_intermediate_result(r["val_top1"]))
-    nni.report_final_result(trial_metrics(arch, result.metrics(), costs))
+    nni.report_final_result(trial_metrics(arch, result.metrics(), costs,
+                                          measured_costs(named, arch, reference, config.seed)))
 
 
 def hardware_evaluator(space: str | Any, table: str | None = None, **options: Any) -> Any:

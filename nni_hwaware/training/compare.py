@@ -17,10 +17,13 @@ from typing import Any
 
 from nni_hwaware.training.results import ModelResult
 
-__all__ = ["RATIO_TOLERANCE", "SPREAD_LIMIT", "compare_with_baseline", "comparison_warnings"]
+__all__ = ["RATIO_TOLERANCE", "SPREAD_LIMIT", "TRIAL_TIMING_SECONDS", "compare_with_baseline",
+           "comparison_warnings", "measure_against_reference"]
 
 #: Measured and predicted latency ratios further apart than this (relative) get a warning.
 RATIO_TOLERANCE = 0.10
+#: Seconds a search trial spends timing its network against the reference network.
+TRIAL_TIMING_SECONDS = 2.0
 #: A ratio whose 95 % interval's larger half exceeds this share of it gets a warning.
 SPREAD_LIMIT = 0.05
 
@@ -78,3 +81,38 @@ def compare_with_baseline(space: Any, baseline: ModelResult, found: ModelResult,
     found = dataclasses.replace(found, latency_ms=timing["b_ms"],
                                 extra={**found.extra, "vs_baseline": comparison})
     return baseline, found
+
+
+def measure_against_reference(space: Any, arch: Mapping[str, Any], reference: Mapping[str, Any], *,
+                              seconds: float = TRIAL_TIMING_SECONDS, batch_size: int = 1, backend: str = "torch",
+                              device: str = "cpu", threads: int | None = 1, seed: int = 0) -> dict[str, Any]:
+    """What a search trial measures on its own machine: the network of ``arch`` timed in shared rounds
+    with the space's ``reference`` architecture (at most ``seconds``), and its memory. Both are built
+    from the seed (timing does not depend on the trained weights).
+
+    Returns ``{latency_ms, memory_mb, reference_latency_ms, latency_ratio, latency_ratio_ci95_low,
+    latency_ratio_ci95_high, timing_rounds}``: the median latency over rounds, weights plus the
+    peak of live activations plus the input (as the cost tables count it), and the per-round
+    ratio to the reference (which holds when the machine's speed moves).
+    """
+    import math
+
+    import torch
+
+    from nni_hwaware.profiling import BYTES_PER_MB, measure_modules
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    named = resolve_space(space)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        network, ref = named.build(dict(arch)), named.build(dict(reference))
+    shape = tuple(named.input_shape)
+    costs, timing = measure_modules([network, ref], [shape, shape], batch_size=batch_size, backend=backend,
+                                    device=device, threads=threads, seed=seed, probe=1, min_rounds=5,
+                                    max_seconds=seconds, min_sample_ms=2.0)
+    ratio = timing.ratio(0, 1)
+    input_mb = 4 * batch_size * math.prod(shape) / BYTES_PER_MB
+    return {"latency_ms": costs[0].latency.median_ms, "memory_mb": costs[0].memory_mb + input_mb,
+            "reference_latency_ms": costs[1].latency.median_ms, "latency_ratio": ratio["ratio"],
+            "latency_ratio_ci95_low": ratio["ci95"][0], "latency_ratio_ci95_high": ratio["ci95"][1],
+            "timing_rounds": timing.rounds}

@@ -3,7 +3,8 @@
 A trial may run on another machine (NNI's remote, Kubernetes, AML training
 services) and sees none of the tuner's files. So its NNI parameters carry all
 it needs: the architecture, the space to build it from, the costs the cost table
-predicts for it on the target chip, how to train it and on which data set. The
+predicts for it on the target chip, the space's reference network to time it beside,
+how to train it and on which data set. The
 final retraining trial also carries the finished search history and the
 baseline, and answers with its measured results as its final metric; the tuner
 writes the report.
@@ -67,10 +68,14 @@ class TrialParameters:
     costs: dict[str, float] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
     retrain: RetrainJob | None = None
+    #: The space's reference network (label -> value), timed beside ``arch`` on the trial's machine
+    #: (empty: the trial reports the predicted costs only).
+    reference: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         body = {"space": self.space, "space_args": dict(self.space_args), "dataset": self.dataset,
-                "chip": self.chip, "costs": dict(self.costs), "train": self.train.to_dict()}
+                "chip": self.chip, "costs": dict(self.costs), "train": self.train.to_dict(),
+                "reference": dict(self.reference)}
         if self.retrain is not None:
             body["retrain"] = self.retrain.to_dict()
         return {**self.arch, KEY: body}
@@ -82,7 +87,7 @@ class TrialParameters:
         if not isinstance(body, Mapping):
             raise HwAwareError(f"the trial's parameters lack {KEY!r}: they were not sent by the nni-hwaware tuner "
                                "(run the trial under it, or pass --space and --arch)")
-        known = {"space", "space_args", "dataset", "chip", "costs", "train", "retrain"}
+        known = {"space", "space_args", "dataset", "chip", "costs", "train", "retrain", "reference"}
         stray = sorted(set(body) - known)
         if stray or "space" not in body:
             raise HwAwareError(f"the trial's {KEY} parameters are malformed (unknown {stray}, needs 'space'); "
@@ -97,4 +102,5 @@ class TrialParameters:
         return cls(arch=arch, space=str(body["space"]), space_args=dict(body.get("space_args") or {}),
                    dataset=str(body.get("dataset", "")), chip=str(body.get("chip", "")),
                    costs={k: float(v) for k, v in (body.get("costs") or {}).items()},
-                   train=TrainConfig.from_dict(body.get("train") or {}), retrain=retrain)
+                   train=TrainConfig.from_dict(body.get("train") or {}), retrain=retrain,
+                   reference=dict(body.get("reference") or {}))

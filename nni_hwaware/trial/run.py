@@ -9,8 +9,13 @@ the training options and the costs the cost table predicts for the network.
 
 Every epoch reports an intermediate result ``{default: val_top1, val_top3,
 train_loss, epoch}``; the final result is ``{default: val_top1, val_top3,
-test_top1, test_top3, latency_ms, memory_mb, flops, params, arch}``: the hardware
-costs are the cost table's prediction for the chip, and ``arch`` echoes the
+test_top1, test_top3, latency_ms, memory_mb, predicted_latency_ms,
+predicted_memory_mb, latency_ratio, flops, params, arch}``: ``latency_ms`` and
+``memory_mb`` are measured by the trial on its own machine (the trained network
+timed in shared rounds with the space's reference network for at most 2 s,
+:func:`~nni_hwaware.training.compare.measure_against_reference`; ``latency_ratio``
+is to the reference), the ``predicted_*`` costs are the cost table's for the chip
+(the table is a prior: what the chip measures wins), and ``arch`` echoes the
 architecture the trial trained (JSON), so the results stay right when NNI pairs a
 trial's parameters with another trial's metrics under concurrency
 (microsoft/nni#5726).
@@ -31,14 +36,24 @@ from typing import Any
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.trial.parameters import TrialParameters
 
-__all__ = ["main", "retrain_metrics", "trial_metrics"]
+__all__ = ["main", "measured_costs", "retrain_metrics", "trial_metrics"]
 
 
-def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float],
-                  costs: Mapping[str, float]) -> dict[str, Any]:
-    """The final metric dict of a trial."""
-    return {"default": result["val_top1"], **result, **costs,
+def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float], costs: Mapping[str, float],
+                  measured: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The final metric dict of a trial: measured costs where the trial measured them, else predicted."""
+    predicted = {f"predicted_{k}": v for k, v in costs.items() if k in ("latency_ms", "memory_mb")}
+    return {"default": result["val_top1"], **result, **costs, **predicted, **(measured or {}),
             "arch": json.dumps(dict(arch), separators=(",", ":"))}
+
+
+def measured_costs(named: Any, arch: Mapping[str, Any], reference: Mapping[str, Any], seed: int) -> dict[str, float]:
+    """The trial's own measurement (see the module docstring); nothing without a reference network."""
+    from nni_hwaware.training.compare import measure_against_reference
+
+    if not reference:
+        return {}
+    return measure_against_reference(named, arch, reference, seed=seed)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,7 +98,8 @@ def _standalone(args: argparse.Namespace) -> TrialParameters:
     model = load_space_model(named, args.table, chip=args.chip, backend=args.backend, batch_size=args.batch_size)
     arch = load_architecture(args.arch, named)
     return TrialParameters(arch=arch, space=args.space, space_args=space_args, dataset=named.dataset,
-                           chip=model.chip, costs=model.predict(arch).metrics())
+                           chip=model.chip, costs=model.predict(arch).metrics(),
+                           reference=dict(named.baseline(model)))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -119,7 +135,8 @@ def _run(args: argparse.Namespace) -> int:
                                         "train_loss": record["train_loss"], "epoch": epoch})
 
     result = train_architecture(named, arch, train, on_epoch)
-    final = trial_metrics(arch, result.metrics(), params.costs)
+    final = trial_metrics(arch, result.metrics(), params.costs,
+                          measured_costs(named, arch, params.reference, train.seed))
     nni.report_final_result(final)
     print(json.dumps(final))
     return 0

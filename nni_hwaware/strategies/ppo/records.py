@@ -35,7 +35,8 @@ RESULT_GRACE_S = 60.0
 #: Settled search trials that all failed, after which the search stops with an error.
 ALL_FAILED_AFTER = 5
 #: Fields of a result the retraining trial and the report need (the search history).
-HISTORY_KEYS = ("default", "latency_ms", "memory_mb", "flops", "params", "status")
+HISTORY_KEYS = ("default", "latency_ms", "memory_mb", "predicted_latency_ms", "predicted_memory_mb",
+                "latency_ratio", "flops", "params", "status")
 
 
 def metrics_of(value: Any) -> dict[str, Any] | None:

@@ -128,6 +128,7 @@ class SearchSession:
         return TrialParameters(arch=arch, space=self.job.space, space_args=self.job.space_args,
                                dataset=self.named.dataset, chip=self.model.chip,
                                costs=self.model.predict(arch).metrics() if arch else {},
+                               reference=dict(self.reference) if arch else {},
                                **{"train": self.job.train, **extra})
 
     def retrain_parameters(self) -> dict[str, Any]:

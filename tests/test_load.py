@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -14,7 +15,7 @@ def test_phases_are_seeded_alternate_and_last_50_to_500_ms() -> None:
     phases = load_phases(3, 60.0)
     assert phases == load_phases(3, 60.0) and phases != load_phases(4, 60.0)
     assert all(0.05 <= length <= 0.5 for _, length in phases)
-    assert all(a[0] != b[0] for a, b in zip(phases, phases[1:], strict=False))  # busy, idle, busy, ...
+    assert all(a[0] != b[0] for a, b in itertools.pairwise(phases))  # busy, idle, busy, ...
     assert sum(length for _, length in phases) >= 60.0
 
 

@@ -16,10 +16,14 @@ are freed when the next block has its output:
     \\mathrm{mem}(a) = \\sum_{f} \\mathrm{param}_f + \\sum_i \\mathrm{param}_{i, a_i}
         + \\max\\big(\\max_f \\mathrm{act}_f, \\max_i \\mathrm{act}_{i, a_i}\\big)
 
-:class:`CostModel` holds the per-layer costs as dense ``layers x candidates``
-arrays, so the strategies can use them directly (the Gumbel penalty multiplies
-them by its masks, the PPO strategy masks actions with them), and builds NNI
-``ExpressionProfiler``\\ s over the space's choices.
+:class:`CostModel` reads the block tables that earlier versions wrote for the
+project's ResNet-skeleton spaces (one row per candidate block and layer shape) and
+hand-made tables of that form, holding the per-layer costs as dense ``layers x
+candidates`` arrays; it builds NNI ``ExpressionProfiler``\\ s over the space's
+choices. The strategies and the budget mask never use it directly: they see one
+class, :class:`~nni_hwaware.cost_model.SpaceCostModel`, into which
+:func:`~nni_hwaware.cost_model.as_space_model` converts it at their boundary
+(``nni-hwaware profile`` writes leaf tables for every space, the project's included).
 """
 
 from __future__ import annotations

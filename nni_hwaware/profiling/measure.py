@@ -23,7 +23,13 @@ from nni_hwaware.profiling.backends import get_backend
 from nni_hwaware.profiling.chips import fixed_threads
 from nni_hwaware.profiling.flops import count_flops, count_params
 from nni_hwaware.profiling.memory import param_bytes, peak_activation_bytes
-from nni_hwaware.profiling.rounds import TIMING_TARGET, ItemTiming, RoundsTiming, check_timing, time_in_rounds
+from nni_hwaware.profiling.rounds import (
+    TIMING_TARGET,
+    ItemTiming,
+    RoundsTiming,
+    check_timing,
+    time_in_rounds,
+)
 
 __all__ = ["BYTES_PER_MB", "ModuleCost", "measure_module", "measure_modules", "time_budget"]
 

@@ -7,7 +7,8 @@ which candidates of the next layer still leave a way to finish under the budget:
 it looks ahead with the cheapest completion of the remaining layers.
 
 The mask works on any space's :class:`~nni_hwaware.cost_model.SpaceCostModel`
-(labels in the space's order; a ResNet-skeleton :class:`CostModel` is converted).
+(labels in the space's order; a model read from a block table of an earlier version is
+converted by :func:`~nni_hwaware.cost_model.as_space_model`).
 Where every cost factor depends on one label (the project's spaces, NasBench201,
 per-choice tables), latency and FLOPs of the cheapest completion are the sum of
 per-label minima, and memory (weights plus the largest activation working set) is
@@ -30,7 +31,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from nni_hwaware.cost_model import SpaceCostModel, as_space_model
-from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.options import from_mapping
 
@@ -63,7 +63,7 @@ class Budget:
 class BudgetMask:
     """Feasible values per label under a :class:`Budget`, from a cost model."""
 
-    def __init__(self, model: SpaceCostModel | CostModel, budget: Budget) -> None:
+    def __init__(self, model: SpaceCostModel, budget: Budget) -> None:
         model = self.model = as_space_model(model)[0]
         self.budget = budget
         self.n_layers = len(model.labels)

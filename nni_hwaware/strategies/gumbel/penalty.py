@@ -14,7 +14,7 @@ space (one label per layer ``i``, candidate ``j``) this is:
         + \\max\\Big(\\mathrm{act}_{\\mathrm{fixed}}, \\max_i \\sum_j m_{ij}\\,\\mathrm{act}_{ij}\\Big)
 
 (``memory="table"``: weights plus the largest activation working set, what
-:meth:`~nni_hwaware.cost_table.CostModel.predict` gives for a one-hot ``m``), or
+:meth:`~nni_hwaware.cost_model.SpaceCostModel.predict` gives for a one-hot ``m``), or
 with ``memory="sum"`` the seed's literal ``sum_ij m_ij (param_ij + act_ij)``.
 The penalty is
 
@@ -42,7 +42,6 @@ import torch
 from torch import nn
 
 from nni_hwaware.cost_model import SpaceCostModel, as_space_model
-from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.gumbel.config import PenaltyConfig
 
@@ -66,7 +65,7 @@ class HardwarePenalty(nn.Module):
     takes); by default the baseline of a ResNet-skeleton space, else ``"largest"``.
     """
 
-    def __init__(self, cost_model: SpaceCostModel | CostModel, config: PenaltyConfig,
+    def __init__(self, cost_model: SpaceCostModel, config: PenaltyConfig,
                  layer_names: Mapping[str, Sequence[Any]] | None = None, *,
                  reference: Any = None) -> None:
         super().__init__()

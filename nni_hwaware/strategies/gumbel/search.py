@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from nni_hwaware.cost_table.predict import CostModel
+from nni_hwaware.cost_model import SpaceCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_json
 from nni_hwaware.profiling import fixed_threads
@@ -140,7 +140,7 @@ def gumbel_evaluator(config: GumbelSearchConfig, space: SpaceConfig | Any, max_e
         gradient_clip_val=None)
 
 
-def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: CostModel | Any, out: Path, *,
+def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: SpaceCostModel, out: Path, *,
            report: Callable[[dict[str, Any]], None] | None = None, callbacks: Sequence[Any] = ()) -> SearchOutcome:
     """Run one search into ``out`` and export its architecture to ``out/arch.json``.
 

@@ -36,7 +36,6 @@ from nni.nas.oneshot.pytorch.supermodule.operation import NATIVE_MIXED_OPERATION
 from torch import nn
 
 from nni_hwaware.cost_model import SpaceCostModel, as_space_model
-from nni_hwaware.cost_table.predict import CostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.gumbel.config import (
     PenaltyConfig,
@@ -58,8 +57,8 @@ class HardwareGumbelDARTS(GumbelDARTS):
     ----------
     cost_model
         Costs of the searched space on the target chip: a
-        :class:`~nni_hwaware.cost_model.SpaceCostModel` of any space, or a ResNet-skeleton
-        ``CostModel(CostTable.load(path), space_config, chip=...)``.
+        :class:`~nni_hwaware.cost_model.SpaceCostModel` of any space (a model read from a block
+        table of an earlier version is converted by :func:`~nni_hwaware.cost_model.as_space_model`).
     penalty, temperature, staging
         :class:`PenaltyConfig`, :class:`TemperatureConfig`, :class:`StagingConfig`
         (or mappings of their fields, e.g. from YAML).
@@ -81,7 +80,7 @@ class HardwareGumbelDARTS(GumbelDARTS):
         Called with each epoch's record (default: ``nni.report_intermediate_result``).
     """
 
-    def __init__(self, cost_model: SpaceCostModel | CostModel, *,
+    def __init__(self, cost_model: SpaceCostModel, *,
                  penalty: PenaltyConfig | Mapping[str, Any] | None = None,
                  temperature: TemperatureConfig | Mapping[str, Any] | None = None,
                  staging: StagingConfig | Mapping[str, Any] | None = None,

@@ -37,8 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nni_hwaware.cost_model import SpaceCostModel
-from nni_hwaware.cost_table.predict import CostModel
+from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling.chips import fixed_threads
 from nni_hwaware.strategies.budget import Budget, BudgetMask
@@ -86,9 +85,10 @@ class _History:
 class PPOSearch:
     """Asynchronous PPO over layer-by-layer decisions, screened by a surrogate; see the module docstring."""
 
-    def __init__(self, model: SpaceCostModel | CostModel, budget: Budget | None = None,
+    def __init__(self, model: SpaceCostModel, budget: Budget | None = None,
                  config: PPOConfig | None = None) -> None:
-        self.model, self.budget = model, budget or Budget()
+        # One class from here on: a model read from a block table of an earlier version is converted.
+        self.model, self.budget = as_space_model(model)[0], budget or Budget()
         self.config = config or PPOConfig()
         self.mask = BudgetMask(model, self.budget)
         self.limits = self.budget.limits()

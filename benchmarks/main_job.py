@@ -3,9 +3,10 @@
 Runs the main job as a user would (``nni-hwaware create --config config.yml``, here on
 a free port with the experiment files in a temporary directory), waits for it,
 and prints one JSON object on its last line: wall time, number of trials, the
-best trial's validation accuracy and predicted latency, and the retrained best
-network against the retrained baseline: test accuracy, the latency ratio timed
-interleaved (A B, B A, ... for 10 rounds) with its 95 % interval, the measured
+best trial's validation accuracy and latency (measured by its trial and predicted), the
+search trials over each budget as measured and as predicted, the median measured /
+predicted latency of the trials, and the retrained best network against the retrained
+baseline: test accuracy, the latency ratio timed in shared rounds with its 95 % interval, the measured
 memory ratio, the predicted ratios, and any warning the comparison raised.
 """
 
@@ -44,10 +45,21 @@ def main() -> None:
         best = max(search, key=lambda m: m["default"]) if search else {}
         found = json.loads(final["results"])["found"] if final.get("results") else {}
         measured = (found.get("extra") or {}).get("vs_baseline", {})  # timed interleaved; the predicted ratios
+        reports = sorted(Path(tmp).glob("nni-experiments/*/hwaware/report/results.json"))
+        budget = json.loads(reports[0].read_text()).get("budget", {}) if reports else {}
+        over = {f"over_budget_measured_{m}": sum(float(t[m]) > float(budget[m]) for t in search if m in t)
+                for m in ("latency_ms", "memory_mb") if m in budget}
+        over.update({f"over_budget_predicted_{m}": sum(float(t[f"predicted_{m}"]) > float(budget[m])
+                                                       for t in search if f"predicted_{m}" in t)
+                     for m in ("latency_ms", "memory_mb") if m in budget})
+        ratios = sorted(float(t["latency_ms"]) / float(t["predicted_latency_ms"]) for t in search
+                        if t.get("predicted_latency_ms"))
         print(json.dumps({
             "status": status, "wall_s": round(seconds, 1), "trials": len(jobs),
             "succeeded": sum(j["status"] == "SUCCEEDED" for j in jobs),
-            "best_val_top1": best.get("default"), "best_predicted_latency_ms": best.get("latency_ms"),
+            "best_val_top1": best.get("default"), "best_latency_ms": best.get("latency_ms"),
+            "best_predicted_latency_ms": best.get("predicted_latency_ms"), "budget": budget, **over,
+            "measured_over_predicted_latency_median": ratios[len(ratios) // 2] if ratios else None,
             "found_test_top1": final.get("default"), "baseline_test_top1": final.get("baseline_test_top1"),
             "found_latency_ms": final.get("latency_ms"), "baseline_latency_ms": final.get("baseline_latency_ms"),
             "latency_ratio": final.get("latency_ratio"),

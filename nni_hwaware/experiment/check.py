@@ -2,8 +2,11 @@
 
 Checks an ``nnictl`` config that uses the PPO tuner: the YAML itself, the search
 space file, the tuner's ``classArgs`` (through the same validator nnictl runs),
-that the trial command names the same space, and, when the cost table exists,
-that some architecture fits the budget. Each problem is one line.
+that the trial command names the same space, the training service as ``nnictl``
+will read it (a remote service's machine list, each machine's host, user and key or
+password, a local ``pythonPath``), and, when the cost table exists, that some
+architecture fits the budget. Each problem is one line; a service whose trials run on
+other machines gets a note that it needs ``nni-hwaware create --expose``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import yaml
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["check_config"]
+__all__ = ["check_config", "check_training_service"]
 
 PPO_NAMES = ("HardwarePPO", "nni_hwaware.strategies.ppo.tuner.PPOTuner")
 
@@ -34,6 +37,53 @@ def _load(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise HwAwareError(f"{path} must hold a mapping of experiment settings")
     return data
+
+
+#: Training services of NNI 3.0 (``trainingService.platform``).
+PLATFORMS = ("local", "remote", "openpai", "aml", "dlc", "kubeflow", "frameworkcontroller", "adl")
+#: What a service whose trials run elsewhere needs: its workers connect back to the manager.
+EXPOSE_NOTE = ("trainingService {platform}: trials run on other machines, which must reach the manager; "
+               "start it with `nni-hwaware create --config {config} --expose`")
+
+
+def check_training_service(config: dict[str, Any], name: str) -> list[str]:
+    """Raise on a training service ``nnictl`` would refuse or that cannot run; return its notes."""
+    services = config.get("trainingService") or {"platform": "local"}
+    services = services if isinstance(services, list) else [services]
+    notes = []
+    for service in services:
+        if not isinstance(service, dict) or "platform" not in service:
+            raise HwAwareError(f"{name}: trainingService needs a platform ({', '.join(PLATFORMS)})")
+        platform = service["platform"]
+        if platform not in PLATFORMS:
+            raise HwAwareError(f"{name}: unknown trainingService platform {platform!r}; use one of "
+                               f"{', '.join(PLATFORMS)}")
+        if platform == "local":
+            python = service.get("pythonPath")
+            if python and not Path(str(python)).exists():
+                raise HwAwareError(f"{name}: trainingService pythonPath {python} does not exist on this machine; "
+                                   "point it at the directory or interpreter the trials should run")
+            continue
+        if platform == "remote":
+            machines = service.get("machineList")
+            if not isinstance(machines, list) or not machines:
+                raise HwAwareError(f"{name}: trainingService remote needs a machineList (host, user and "
+                                   "sshKeyFile or password per machine); remote trials need --expose too")
+            for i, machine in enumerate(machines):
+                if not isinstance(machine, dict):
+                    raise HwAwareError(f"{name}: machineList[{i}] must be a mapping of host, user, sshKeyFile")
+                missing = [key for key in ("host", "user") if not machine.get(key)]
+                if not (machine.get("sshKeyFile") or machine.get("password")):
+                    missing.append("sshKeyFile or password")
+                if missing:
+                    raise HwAwareError(f"{name}: machineList[{i}] lacks {', '.join(missing)}; "
+                                       "remote trials need --expose too")
+                key = machine.get("sshKeyFile")
+                if key and not Path(os.path.expanduser(str(key))).is_file():
+                    raise HwAwareError(f"{name}: machineList[{i}] sshKeyFile {key} does not exist on this machine "
+                                       "(the manager reads it); remote trials need --expose too")
+        notes.append(EXPOSE_NOTE.format(platform=platform, config=name))
+    return notes
 
 
 def check_config(path: str | os.PathLike[str]) -> list[str]:
@@ -57,6 +107,7 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
         named = job.named()
     except HwAwareError as err:
         raise HwAwareError(f"{path.name}: {err}") from None
+    service_notes = check_training_service(config, path.name)
     space_file = config.get("searchSpaceFile")
     if space_file:
         space_path = base / space_file
@@ -88,9 +139,10 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
     if table_path is not None and not table_path.is_absolute():
         table_path = root / table_path
     if table_path is None or not table_path.exists():
-        return ["no cost table yet: the tuner profiles this machine's chip when the experiment starts"]
+        return ["no cost table yet: the tuner profiles this machine's chip when the experiment starts",
+                *service_notes]
     cost = dataclasses.replace(job.cost, table=str(table_path))  # the table as the tuner will resolve it
     full = load_cost_model(named, cost, table_path)
     model, budget, _ = job.search_model(named, full, allowed)
     BudgetMask(model, budget)  # raises, naming the cheapest achievable cost, when nothing fits
-    return [f"cost table {table_path} (chip {model.chip}); budget {budget.limits()}"]
+    return [f"cost table {table_path} (chip {model.chip}); budget {budget.limits()}", *service_notes]

@@ -45,8 +45,10 @@ def test_strategy_under_nas_experiment(table: Path, tmp_path: Path) -> None:
         experiment.stop()
     search = strategy.tuner.search
     assert len(search.history.order) == 4
-    for record in strategy.tuner.records.results:  # the costs reported are the table's, sent with the sample
-        assert record["latency_ms"] == pytest.approx(strategy.tuner.model.predict(record["arch"]).latency_ms)
+    for record in strategy.tuner.records.results:  # the predicted costs are the table's, sent with the sample
+        assert record["predicted_latency_ms"] == pytest.approx(strategy.tuner.model.predict(record["arch"]).latency_ms)
+        assert record["latency_ms"] > 0 and record["latency_ms"] != record["predicted_latency_ms"]  # measured here
+        assert record["latency_ratio"] > 0  # against the space's reference network, in the same rounds
     assert all(0.0 < reward <= 1.0 for reward in search.history.rewards.values())
     state = strategy.state_dict()
     assert len(state["ppo"]["history"]) == 4

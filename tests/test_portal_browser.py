@@ -71,10 +71,10 @@ def test_portal_lists_trials_with_latency(tmp_path: Path) -> None:
                 page.goto(f"http://127.0.0.1:{experiment.port}/detail")
                 page.get_by_text("Trial jobs").wait_for(timeout=60_000)
                 page.get_by_role("button", name="Add/Remove columns").click()
-                page.get_by_text("latency_ms (metric)").click()
+                page.get_by_text("latency_ms (metric)", exact=True).click()
                 page.get_by_role("button", name="Save").click()
                 grid = page.locator("[role=grid]").first
-                grid.get_by_text("latency_ms (metric)").wait_for()
+                grid.get_by_text("latency_ms (metric)", exact=True).wait_for()
                 text = grid.inner_text()
                 page.screenshot(path=str(tmp_path / "portal_trials.png"), full_page=True)
             finally:

@@ -111,3 +111,18 @@ def test_results_round_trip_through_json_and_reject_unknown_fields(tmp_path: Pat
     with pytest.raises(HwAwareError, match=r"unknown fields \['colour'\]"):
         ModelResult.load(tmp_path / "bad.json")
     assert ModelResult.from_dict({**FOUND.to_dict(), "train_seconds": 2.5}).train_seconds == 2.5
+
+
+def test_search_report_counts_trials_over_budget_as_measured_and_draws_the_calibration(tmp_path: Path) -> None:
+    from nni_hwaware.report.search import write_search_report
+
+    # predicted within the 1.0 ms budget, but two of the four measured over it
+    trials = [{"default": 0.9, "latency_ms": m, "predicted_latency_ms": p, "memory_mb": 0.1, "predicted_memory_mb": 0.1}
+              for p, m in ((0.5, 0.6), (0.8, 1.2), (0.9, 1.1), (0.95, 0.9))]
+    paths = write_search_report(tmp_path / "report", BASE, FOUND, trials,
+                                budget={"latency_ms": 1.0, "memory_mb": 0.5})
+    markdown = paths["markdown"].read_text()
+    assert "latency_ms: 2 of 4 trials over the budget of 1 ms as measured (0 as predicted)" in markdown
+    assert "memory_mb: 0 of 4 trials over the budget of 0.5 MB as measured (0 as predicted)" in markdown
+    assert "measured / predicted latency: median 1.222, from 0.947 to 1.500 over 4 trials" in markdown
+    assert paths["calibration"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.profiling.timing import timed_calls
 
 __all__ = ["TIMING_TARGET", "ItemTiming", "RoundsTiming", "check_timing", "median_interval", "time_in_rounds"]
 
@@ -186,15 +187,7 @@ def time_in_rounds(runners: Sequence[Callable[[], object]], *, probe: int | None
     syncs = [getattr(run, "sync", None) for run in runners]
 
     def timed(k: int, calls: int) -> float:
-        run, sync = runners[k], syncs[k]
-        if sync is not None:
-            sync()
-        start = clock()
-        for _ in range(calls):
-            run()
-        if sync is not None:
-            sync()
-        return clock() - start
+        return timed_calls(runners[k], calls, syncs[k], clock)
 
     for k, run in enumerate(runners):
         for _ in range(warmup):

@@ -97,6 +97,19 @@ def split_outliers(samples: Sequence[float]) -> tuple[list[float], list[float]]:
     return kept, discarded
 
 
+def timed_calls(run: Callable[[], object], calls: int, sync: Callable[[], None] | None,
+                clock: Callable[[], float]) -> float:
+    """Seconds for ``calls`` back-to-back calls of ``run``, synchronised at both ends."""
+    if sync is not None:
+        sync()
+    start = clock()
+    for _ in range(calls):
+        run()
+    if sync is not None:
+        sync()
+    return clock() - start
+
+
 def _summarise(samples: Sequence[float], calls_per_sample: int) -> LatencyStats:
     kept, discarded = split_outliers(samples)
     mean = statistics.fmean(kept)
@@ -165,15 +178,7 @@ def measure_latency(
     _check_options(warmup, min_runs, max_runs, target_cv, max_seconds, min_sample_ms)
 
     def timed(calls: int) -> float:
-        """Seconds for ``calls`` back-to-back calls, synchronised at both ends."""
-        if sync is not None:
-            sync()
-        start = clock()
-        for _ in range(calls):
-            run()
-        if sync is not None:
-            sync()
-        return clock() - start
+        return timed_calls(run, calls, sync, clock)
 
     for _ in range(warmup):
         run()

@@ -88,18 +88,9 @@ def accuracy_latency_plot(points: Sequence[PlotPoint], path: str | os.PathLike[s
             front = pareto_front(points)
             ax.step([p.latency_ms for p in front], [p.accuracy for p in front], where="post",
                     color="black", linewidth=1, label="Pareto front")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        if title:
-            ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
-        fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
+        return _finish(fig, ax, path, xlabel=xlabel, ylabel=ylabel, title=title, legend="lower right")
     finally:
         plt.close(fig)
-    return write_atomically(path, buffer.getvalue())
 
 
 def calibration_plot(predicted: Sequence[float], measured: Sequence[float], path: str | os.PathLike[str], *,
@@ -124,15 +115,22 @@ def calibration_plot(predicted: Sequence[float], measured: Sequence[float], path
             ax.axvline(budget_ms, color="tab:red", linewidth=0.5, linestyle=":")
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
-        ax.set_xlabel("latency, predicted by the cost table (ms)")
-        ax.set_ylabel("latency, measured by the trial (ms)")
-        if title:
-            ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
-        fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
+        return _finish(fig, ax, path, xlabel="latency, predicted by the cost table (ms)",
+                       ylabel="latency, measured by the trial (ms)", title=title, legend="upper left")
     finally:
         plt.close(fig)
+
+
+def _finish(fig: Any, ax: Any, path: str | os.PathLike[str], *, xlabel: str, ylabel: str, title: str,
+            legend: str) -> Path:
+    """Labels, grid and legend, then the figure written atomically as PNG."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc=legend)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
     return write_atomically(path, buffer.getvalue())

@@ -78,10 +78,6 @@ def check_training_service(config: dict[str, Any], name: str) -> list[str]:
                 if missing:
                     raise HwAwareError(f"{name}: machineList[{i}] lacks {', '.join(missing)}; "
                                        "remote trials need --expose too")
-                key = machine.get("sshKeyFile")
-                if key and not Path(os.path.expanduser(str(key))).is_file():
-                    raise HwAwareError(f"{name}: machineList[{i}] sshKeyFile {key} does not exist on this machine "
-                                       "(the manager reads it); remote trials need --expose too")
         notes.append(EXPOSE_NOTE.format(platform=platform, config=name))
     return notes
 

@@ -26,7 +26,7 @@ __all__ = ["interleaved_latency"]
 def interleaved_latency(a: nn.Module, b: nn.Module, input_shape: tuple[int, ...], *, rounds: int = 20,
                         batch_size: int = 1, threads: int | None = 1, backend: str = "torch",
                         device: str = "cpu", seed: int = 0, min_sample_ms: float = 5.0,
-                        max_seconds: float = 20.0, target: float = 0.02) -> dict[str, Any]:
+                        max_seconds: float = 5.0, target: float = 0.02) -> dict[str, Any]:
     """Latency of ``a`` and ``b`` timed in shared rounds; ``ratio`` is ``b / a``.
 
     At least ``rounds`` rounds, more until both medians are known within ``target`` or

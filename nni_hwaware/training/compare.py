@@ -23,7 +23,7 @@ __all__ = ["RATIO_TOLERANCE", "SPREAD_LIMIT", "TRIAL_TIMING_SECONDS", "compare_w
 #: Measured and predicted latency ratios further apart than this (relative) get a warning.
 RATIO_TOLERANCE = 0.10
 #: Seconds a search trial spends timing its network against the reference network.
-TRIAL_TIMING_SECONDS = 2.0
+TRIAL_TIMING_SECONDS = 1.0
 #: A ratio whose 95 % interval's larger half exceeds this share of it gets a warning.
 SPREAD_LIMIT = 0.05
 

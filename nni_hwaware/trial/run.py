@@ -12,7 +12,7 @@ train_loss, epoch}``; the final result is ``{default: val_top1, val_top3,
 test_top1, test_top3, latency_ms, memory_mb, predicted_latency_ms,
 predicted_memory_mb, latency_ratio, flops, params, arch}``: ``latency_ms`` and
 ``memory_mb`` are measured by the trial on its own machine (the trained network
-timed in shared rounds with the space's reference network for at most 2 s,
+timed in shared rounds with the space's reference network for at most 1 s,
 :func:`~nni_hwaware.training.compare.measure_against_reference`; ``latency_ratio``
 is to the reference), the ``predicted_*`` costs are the cost table's for the chip
 (the table is a prior: what the chip measures wins), and ``arch`` echoes the

@@ -117,7 +117,7 @@ def _add_profile(parser: argparse.ArgumentParser) -> None:
 
 def _add_time_budget(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
-                        help="seconds of timing rounds (default: 0.5 s per timed item, at least 2 s); items "
+                        help="seconds of timing rounds (default: 0.25 s per timed item, 2 s to 2 min); items "
                              "whose median is not known within 2 %% by then are reported")
 
 

@@ -58,7 +58,7 @@ from nni_hwaware.profiling import (
 __all__ = ["TIMING", "measure_samples", "profile_model_space", "random_samples", "space_cost_model"]
 
 #: Timing options of tables and of the networks they are checked against: 2 ms samples,
-#: rounds until every median is known within 2 % (or 0.5 s per item, at least 2 s, pass).
+#: rounds until every median is known within 2 % (or 0.25 s per item, 2 s to 2 minutes, pass).
 TIMING: dict[str, float] = {"min_sample_ms": 2.0}
 #: A leaf row's timing columns (a network row has its own).
 _LEAF_TIMING = ("latency_low_ms", "latency_high_ms", "met_target", "timing_rounds", "probe_drift", "merge_scale")

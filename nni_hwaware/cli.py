@@ -147,10 +147,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     leaves = frame[frame.kind != "network"]
     met = ""
     if existing is not None:
-        before = existing.frame
-        leaves = leaves[~pd.Series(list(zip(leaves.block, leaves.input_shape, leaves.chip, strict=True)),
-                                   index=leaves.index).isin(set(zip(before.block, before.input_shape, before.chip,
-                                                                     strict=True)))]
+        key = ["block", "input_shape", "chip"]  # only the rows this run measured
+        old = pd.MultiIndex.from_frame(existing.frame[key])
+        leaves = leaves[~pd.MultiIndex.from_frame(leaves[key]).isin(old)]
     if "met_target" in leaves.columns and leaves.met_target.notna().any():
         measured = leaves[leaves.met_target.notna()]
         met = (f"; {int(measured.met_target.astype(bool).sum())} of {len(measured)} new entries known within 2 %, "

@@ -161,7 +161,7 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
         anchors = [i for i, e in enumerate(leaves.entries) if (e.block, e.shape_str) in have][:MERGE_ANCHORS]
         records = []
         if todo:
-            timed = todo + (anchors if table is not None else [])
+            timed = todo + anchors  # no anchors without a table
             if progress:
                 print(f"profiling {len(todo)} leaves on {chip} in shared rounds"
                       + (f" (re-timing {len(anchors)} of the table's rows for its scale)" if anchors else ""),

@@ -32,7 +32,7 @@ def test_main_job_config_runs_to_the_report(tmp_path: Path) -> None:
     template = _absolute(yaml.safe_load((ROOT / "config.yml").read_text()), ROOT)
     template["maxTrialNumber"] = 5
     template["tuner"]["classArgs"].update(search_trials=4, train={"epochs": 1, "threads": 1},
-                                          retrain={"epochs": 1, "threads": 1})
+                                          retrain={"epochs": 1, "threads": 1}, profile_seconds=5)
     config = write_config(template, tmp_path / "config.yml", tmp_path / "nni-experiments")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     with create_experiment(config, env=env) as experiment:
@@ -111,6 +111,7 @@ def test_cifar_gumbel_configs_load(name: str) -> None:
      ({"space_args": {"widht": 2}}, "widht"),
      ({"budjet": {}}, "unknown tuner classArgs keys ['budjet']"),
      ({"batch_size": "one"}, "cost batch_size must be an integer >= 1"),
+     ({"profile_seconds": 0}, "profile_seconds must be a positive number of seconds"),
      ({"budget": {"latency_mss": "60%"}}, "unknown budget keys ['latency_mss']"),
      ({"budget": {"memory_mb": "60"}}, "budget memory_mb must be a positive number or a percentage"),
      ({"prune": {"mode": "top-k", "topp": 4}}, "unknown prune options ['topp']"),

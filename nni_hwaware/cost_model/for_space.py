@@ -56,13 +56,16 @@ def profile_space(space: Any, *, space_args: dict[str, Any] | None = None, **opt
 
 def load_or_profile(named: Any, path: str | os.PathLike[str] | None, *, chip: str | None = None,
                     backend: str = "torch", batch_size: int = 1, device: str = "cpu", threads: int | None = 1,
-                    seed: int = 0, progress: bool = False) -> CostTable:
-    """The table at ``path``; when there is none, the space profiled on this machine (and saved there)."""
+                    seed: int = 0, progress: bool = False, max_seconds: float | None = None) -> CostTable:
+    """The table at ``path``; when there is none, the space profiled on this machine (and saved there).
+
+    ``max_seconds`` bounds the profiling's timing rounds (None:
+    :func:`~nni_hwaware.profiling.measure.time_budget`)."""
     if path is not None and Path(path).is_file():
         return CostTable.load(path)
     table = profile_model_space(named.space, named.dummy_input(), chip=chip, backend=backend, device=device,
                                 batch_size=batch_size, threads=threads, seed=seed, progress=progress,
-                                leaves=_leaves(named))
+                                leaves=_leaves(named), max_seconds=max_seconds)
     if path is not None:
         table.save(path)
     return table
@@ -96,12 +99,12 @@ def is_choice_table(path: str | os.PathLike[str]) -> bool:
 
 def load_space_model(named: Any, path: str | os.PathLike[str] | None, *, chip: str | None = None,
                      backend: str = "torch", batch_size: int = 1, device: str = "cpu",
-                     threads: int | None = 1, seed: int = 0) -> SpaceCostModel:
+                     threads: int | None = 1, seed: int = 0, max_seconds: float | None = None) -> SpaceCostModel:
     """The cost model of ``named`` from the file at ``path`` (module docstring); profiled there when missing."""
     if path is not None and is_choice_table(path):
         from nni_hwaware.cost_model.choices import choice_cost_model
 
         return choice_cost_model(path, choices=named.choices(), name=named.name, chip=chip or "")
     table = load_or_profile(named, path, chip=chip, backend=backend, batch_size=batch_size, device=device,
-                            threads=threads, seed=seed)
+                            threads=threads, seed=seed, max_seconds=max_seconds)
     return space_model(named, table, chip=chip, backend=backend, batch_size=batch_size)

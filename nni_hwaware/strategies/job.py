@@ -111,6 +111,9 @@ class CostConfig:
     #: Alternating timing rounds of a found network and the baseline (A B, B A, ...): their
     #: latency ratio and its 95 % interval (:func:`nni_hwaware.training.compare_with_baseline`).
     rounds: int = 10
+    #: Seconds of timing rounds when a missing table is profiled, like ``nni-hwaware profile
+    #: --time-budget`` (None: 0.25 s per leaf, within 2 s to 2 minutes).
+    profile_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
@@ -123,6 +126,12 @@ class CostConfig:
             raise HwAwareError(f"cost batch_size must be an integer >= 1, got {self.batch_size!r}")
         if self.table is not None and not isinstance(self.table, str):
             raise HwAwareError(f"cost table must be a file name, got {self.table!r}")
+        if self.profile_seconds is not None and (isinstance(self.profile_seconds, bool)
+                                                 or not isinstance(self.profile_seconds, (int, float))
+                                                 or not math.isfinite(self.profile_seconds)
+                                                 or self.profile_seconds <= 0):
+            raise HwAwareError(f"profile_seconds must be a positive number of seconds (or null), "
+                               f"got {self.profile_seconds!r}")
 
 
 @dataclass(frozen=True)
@@ -163,7 +172,7 @@ def load_cost_model(named: NamedSpace, cost: CostConfig, default_table: str | Pa
 
     table = Path(cost.table) if cost.table else Path(default_table)
     return load_space_model(named, table, chip=cost.chip, backend=cost.backend, batch_size=cost.batch_size,
-                            device=cost.device, threads=cost.threads, seed=seed)
+                            device=cost.device, threads=cost.threads, seed=seed, max_seconds=cost.profile_seconds)
 
 
 def prune_model(model: SpaceCostModel, prune: PruneConfig, reference: Mapping[str, Any]
@@ -197,6 +206,8 @@ class SearchJob:
     batch_size: int = 1
     #: Where a missing table is profiled (``cpu``, ``cuda``, ...).
     device: str = "cpu"
+    #: Seconds of timing rounds when a missing table is profiled (None: 0.25 s per leaf, 2 s to 2 min).
+    profile_seconds: float | None = None
     #: e.g. ``{latency_ms: "60%", memory_mb: "60%"}`` of the reference network's predicted cost.
     budget: BudgetSpec = field(default_factory=BudgetSpec)
     #: Pruning before the search (``{mode: top-k, top: 4}``); ``mode: null`` searches everything.
@@ -227,7 +238,7 @@ class SearchJob:
     @property
     def cost(self) -> CostConfig:
         return CostConfig(table=self.table, chip=self.chip, backend=self.backend, batch_size=self.batch_size,
-                          device=self.device)
+                          device=self.device, profile_seconds=self.profile_seconds)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | SearchJob | None, where: str = "search job") -> SearchJob:

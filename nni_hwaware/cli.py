@@ -431,10 +431,13 @@ def _add_retrain(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="threads for the latency measurement (default: 1)")
     parser.add_argument("--name", help="name in reports (default: the arch file's stem)")
     parser.add_argument("--out", required=True, help="result JSON to write (input of nni-hwaware report)")
+    parser.add_argument("--save", metavar="DIR", help="also save the trained network there: network.pt, "
+                                                      "network.onnx, network.torchscript.pt, each checked")
 
 
 @command("retrain", "retrain an architecture from scratch, test it, measure it on this chip", _add_retrain)
 def _cmd_retrain(args: argparse.Namespace) -> int:
+    import json
 
     from nni_hwaware.files import read_json
     from nni_hwaware.report import evaluate_architecture
@@ -442,8 +445,6 @@ def _cmd_retrain(args: argparse.Namespace) -> int:
     from nni_hwaware.training import TrainConfig
 
     if args.space is None:
-        import json
-
         data = read_json(args.arch, "architecture file")
         args.space = data.get("space") if isinstance(data, dict) else None
         if not args.space:
@@ -455,10 +456,113 @@ def _cmd_retrain(args: argparse.Namespace) -> int:
     train = TrainConfig.from_json(args.train, epochs=args.epochs, seed=args.seed, data_dir=args.data_dir)
     model = _model(args, args.table)[1] if args.table else None
     result = evaluate_architecture(named, arch, train, cost_model=model, name=args.name or Path(args.arch).stem,
-                                   threads=args.threads, batch_size=args.batch_size, backend=args.backend)
+                                   threads=args.threads, batch_size=args.batch_size, backend=args.backend,
+                                   keep_weights=bool(args.save))
+    if args.save:
+        from nni_hwaware.export import deliver
+
+        result = deliver(named, result, space=args.space, space_args=json.loads(args.space_args), train=train,
+                         out=args.save)
+        print(f"saved the trained network and its exports in {args.save}")
     result.save(args.out)
     print(f"{result.name}: test top-1 {result.test_top1:.4f}, top-3 {result.test_top3:.4f}, "
           f"latency {result.latency_ms:.4g} ms, memory {result.memory_mb:.4g} MB; wrote {args.out}")
+    return 0
+
+
+def _add_export(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", nargs="?",
+                        help="a finished PPO experiment (id or directory: its found network) or an architecture "
+                             "JSON; optional with --weights")
+    parser.add_argument("--weights", help="network.pt a search wrote (the trained network: its space, "
+                                          "architecture and weights)")
+    _add_space(parser, required=False)
+    parser.add_argument("--format", action="append", choices=["onnx", "torchscript"],
+                        help="export format, repeatable (default: onnx and torchscript)")
+    parser.add_argument("--seed", type=int, default=0, help="initialisation of an untrained network (default: 0)")
+    parser.add_argument("--out", required=True, help="directory for network.onnx / network.torchscript.pt")
+
+
+def _export_source(args: argparse.Namespace) -> tuple[Any, Any, str]:
+    """(named space, network, what it is) from ``--weights``, an experiment or an architecture JSON."""
+    import json
+
+    import torch
+
+    from nni_hwaware.export import load_checkpoint, network_from_checkpoint
+    from nni_hwaware.files import read_json
+    from nni_hwaware.spaces.io import load_architecture
+
+    weights = args.weights
+    arch_file = None
+    if args.source and not weights:
+        source = Path(args.source)
+        if source.suffix == ".json" and source.is_file() and "best" not in read_json(source, "architecture file"):
+            arch_file = source
+        else:
+            results = read_json(_search_results(args.source), "search results")
+            best, space = results["best"], results.get("space") or {}
+            summary = best.get("extra", {}).get("deliverables") or {}
+            saved = Path(summary.get("dir", "")) / "network.pt" if summary else None
+            if saved is not None and saved.is_file():
+                weights = str(saved)
+            else:
+                if args.space is None:
+                    args.space = space.get("space")
+                    if args.space_args == "{}" and space.get("space_args"):
+                        args.space_args = json.dumps(space["space_args"])
+                if args.space is None:
+                    raise HwAwareError("the experiment's report names no space; pass --space (and --space-args)")
+                named = _named(args)
+                where = f" (its trained network is on {summary['host']} in {summary['dir']})" if summary else ""
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(args.seed)
+                    net = named.build(named.check_architecture(best["arch"]))
+                return named, net, f"the experiment's found network, untrained{where}"
+    if weights:
+        checkpoint = load_checkpoint(weights)
+        named, net = network_from_checkpoint(checkpoint)
+        return named, net, f"trained network {checkpoint.arch} of {checkpoint.space} from {weights}"
+    if arch_file is None:
+        raise HwAwareError("give an experiment id or directory, an architecture JSON, or --weights network.pt")
+    if args.space is None:
+        data = read_json(arch_file, "architecture file")
+        args.space = data.get("space") if isinstance(data, dict) else None
+        if not args.space:
+            raise HwAwareError(f"{arch_file} names no space; pass --space")
+        if args.space_args == "{}" and isinstance(data.get("space_args"), dict):
+            args.space_args = json.dumps(data["space_args"])
+    named = _named(args)
+    arch = load_architecture(arch_file, named)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(args.seed)
+        net = named.build(arch)
+    return named, net, f"untrained network {arch} of {named.name} (seed {args.seed})"
+
+
+@command("export", "export a network of any space to ONNX / TorchScript, checked against PyTorch", _add_export)
+def _cmd_export(args: argparse.Namespace) -> int:
+    from nni_hwaware.export import FORMATS, export_network, file_name, onnx_available
+
+    named, net, what = _export_source(args)
+    formats = list(dict.fromkeys(args.format or FORMATS))
+    if "onnx" in formats and not onnx_available():
+        if args.format:
+            raise HwAwareError("ONNX export needs the onnx extra: pip install 'nni-hwaware[onnx]'")
+        formats.remove("onnx")
+        print("no ONNX export: install the onnx extra (pip install 'nni-hwaware[onnx]')")
+    print(f"exporting {what}")
+    out = Path(args.out)
+    bad = []
+    for fmt in formats:
+        check = export_network(net, tuple(named.input_shape), out / file_name(fmt), fmt, seed=args.seed)
+        state = "matches PyTorch" if check.matches else "DIFFERS from PyTorch"
+        print(f"{check.path}: {state} on a batch of {check.batch} (largest difference {check.max_abs_diff:.2g})")
+        if not check.matches:
+            bad.append(fmt)
+    if bad:
+        raise HwAwareError(f"the {', '.join(bad)} export does not reproduce the network; report this with the "
+                           "architecture")
     return 0
 
 

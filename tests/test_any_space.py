@@ -145,6 +145,13 @@ def test_own_space_gumbel_example_runs_to_the_report(tmp_path: Path) -> None:
     assert named.check_architecture(summary["arch"]) == summary["arch"]
     assert summary["baseline"]["arch"] == named.check_architecture(named.reference)
     assert (out / "report" / "comparison.md").is_file() and (out / "pruning.csv").is_file()
+    # the retrained network, saved and exported: rebuilt from its file, it is the found one
+    from nni_hwaware.export import network_from_checkpoint
+
+    rebuilt, _ = network_from_checkpoint(out / "network" / "network.pt")
+    assert rebuilt.name == named.name and (out / "network" / "network.onnx").is_file()
+    assert summary["searched"]["extra"]["deliverables"]["exports"]["onnx"]["matches"]
+    assert "[network.pt](" in (out / "report" / "comparison.md").read_text()
 
 
 def test_own_space_configs_name_the_space_the_trials_train() -> None:

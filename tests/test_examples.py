@@ -46,7 +46,24 @@ def test_main_job_config_runs_to_the_report(tmp_path: Path) -> None:
     assert final[0]["latency_ratio_ci95_low"] <= final[0]["latency_ratio"] <= final[0]["latency_ratio_ci95_high"]
     for name in ("comparison.md", "comparison.csv", "pareto.png", "accuracy_latency.png", "results.json"):
         assert (report / name).stat().st_size > 0, name  # written by the tuner, on the manager's side
-    assert "latency ratio, measured interleaved" in (report / "comparison.md").read_text()
+    comparison = (report / "comparison.md").read_text()
+    assert "latency ratio, measured interleaved" in comparison
+    assert "ONNX Runtime latency ratio, found vs baseline, interleaved" in comparison
+    # The found network as the user takes it home: in the retraining trial's output directory.
+    import torch
+
+    from nni_hwaware.export import exported_accuracy, load_exported, network_from_checkpoint
+
+    delivered = Path(final[0]["deliverables_dir"])
+    assert delivered.is_relative_to(experiment.experiment_dir) and delivered.name != "hwaware"
+    named, net = network_from_checkpoint(delivered / "network.pt")
+    shape = tuple(named.input_shape)
+    with torch.inference_mode():
+        assert abs(exported_accuracy(net, "digits", shape) - final[0]["default"]) < 0.001
+    for fmt, name in (("onnx", "network.onnx"), ("torchscript", "network.torchscript.pt")):
+        assert abs(exported_accuracy(load_exported(delivered / name, fmt), "digits", shape)
+                   - final[0]["default"]) < 0.001, fmt
+    assert "[network.onnx](" in comparison  # on the local service the report links the files
     results = json.loads((report / "results.json").read_text())
     assert len(results["trials"]) == 4
     # both costs are budgeted, like the seed's result: the found network fits both (as predicted)

@@ -59,14 +59,20 @@ def test_search_gumbel_then_retrain_then_report(tmp_path: Path, capsys: pytest.C
     arch = run / "search" / "alpha_20" / "arch.json"
     result = tmp_path / "retrained.json"
     assert main(["retrain", "--arch", str(arch), "--space", str(space), "--table", str(table),
-                 "--epochs", "1", "--name", "retrained", "--out", str(result)]) == 0
+                 "--epochs", "1", "--name", "retrained", "--out", str(result), "--save", str(tmp_path / "net")]) == 0
     assert ModelResult.load(result).arch == summary["arch"]
+    from nni_hwaware.export import network_from_checkpoint
+
+    _, net = network_from_checkpoint(tmp_path / "net" / "network.pt")  # the space file's network, trained
+    assert (tmp_path / "net" / "network.torchscript.pt").is_file() and not net.training
+    assert (run / "network" / "network.pt").is_file()  # the pipeline's retrained network too
 
     capsys.readouterr()
     assert main(["report", "--baseline", str(run / "results" / "baseline.json"), "--result", str(result),
                  "--out", str(tmp_path / "report"), "--no-plot"]) == 0
     out = capsys.readouterr().out
     assert "| metric | baseline | retrained | retrained vs baseline |" in out
+    assert "## retrained: the trained network" in out and "[network.onnx](" in out
 
 
 def test_bad_input_is_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -236,5 +236,13 @@ def _check_run(exp: RunningExperiment, worker: SshWorker, config: dict[str, Any]
     assert stats["arch_mismatches"] == 0, stats
     report = hwaware / "report"
     assert report.is_dir() and any(report.iterdir()), f"no report in {report}\n{describe()}"
+    # The retraining trial left the trained network on the worker, in its own trial directory.
+    retrained = [m for m in exp.final_metrics() if m.get("retrain")]
+    assert len(retrained) == 1, describe()
+    delivered = Path(retrained[0]["deliverables_dir"])
+    retrain_job = max(jobs, key=lambda job_record: job_record["sequenceId"])
+    assert delivered.resolve() == worker.trial_dir(exp.id, retrain_job["trialJobId"]).resolve(), delivered
+    for name in ("network.pt", "network.onnx", "network.torchscript.pt", "deliverables.json"):
+        assert (delivered / name).is_file() and (delivered / name).stat().st_uid == worker.user.pw_uid, name
     on_worker = {p.name for p in worker.env_dir(exp.id).glob("trials/**/*") if p.is_file()}
     assert not on_worker & {p.name for p in report.iterdir()}, f"report files on the worker: {sorted(on_worker)}"

@@ -45,6 +45,7 @@ __all__ = [
     "available_backends",
     "export_onnx",
     "get_backend",
+    "onnx_session",
     "register_backend",
 ]
 
@@ -181,7 +182,8 @@ def _import_onnxruntime() -> Any:
 
 
 def export_onnx(
-    module: nn.Module, example: torch.Tensor, path: str | Path, *, opset: int = ONNX_OPSET
+    module: nn.Module, example: torch.Tensor, path: str | Path, *, opset: int = ONNX_OPSET,
+    dynamic_batch: bool = False,
 ) -> str:
     """Export ``module`` (in eval mode) to ``path`` with one input ``"input"`` and one output ``"output"``.
 
@@ -197,7 +199,9 @@ def export_onnx(
     ``onnxscript._framework_apis.torch_2_11``) is tried; it takes about a
     second per module and writes weights to a side ``.data`` file next to
     ``path``.  Both use the fixed ``opset`` and static shapes (the batch
-    size is baked in, which lets ONNX Runtime specialise kernels).
+    size is baked in, which lets ONNX Runtime specialise kernels), unless
+    ``dynamic_batch``: then the first dimension of input and output is a free
+    ``batch`` axis (a deployed model; timing keeps static shapes).
     """
     path = str(path)
     common: dict[str, Any] = {
@@ -205,17 +209,22 @@ def export_onnx(
         "output_names": ["output"],
         "opset_version": opset,
     }
+    legacy: dict[str, Any] = {}
+    dynamo: dict[str, Any] = {}
+    if dynamic_batch:
+        legacy["dynamic_axes"] = {"input": {0: "batch"}, "output": {0: "batch"}}
+        dynamo["dynamic_shapes"] = ({0: torch.export.Dim("batch")},)
     module.eval()
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(module, (example,), path, dynamo=False, **common)
+            torch.onnx.export(module, (example,), path, dynamo=False, **common, **legacy)
         return "torchscript"
     except Exception as legacy_error:  # any trace/export failure: try the other exporter
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                torch.onnx.export(module, (example,), path, dynamo=True, verbose=False, **common)
+                torch.onnx.export(module, (example,), path, dynamo=True, verbose=False, **common, **dynamo)
         except ImportError as exc:
             raise HwAwareError(
                 f"ONNX export needs onnx and onnxscript>=0.6: {ONNX_INSTALL_HINT}"
@@ -312,36 +321,43 @@ class OnnxRuntimeBackend(Backend):
     """
 
     def prepare(self, module: nn.Module, example: torch.Tensor, device: str) -> Runner:
-        ort = _import_onnxruntime()
+        _import_onnxruntime()
         check_module(module)
         dev = parse_device(device)
-        available = ort.get_available_providers()
-        if dev.type == "cuda":
-            if "CUDAExecutionProvider" not in available:
-                raise HwAwareError(
-                    "onnxruntime has no CUDAExecutionProvider; install onnxruntime-gpu or use device='cpu'"
-                )
-            providers: list[Any] = [
-                ("CUDAExecutionProvider", {"device_id": dev.index or 0}),
-                "CPUExecutionProvider",
-            ]
-        else:
-            providers = ["CPUExecutionProvider"]
-
         module.eval().to(dev)
         example = example.to(dev)
         tmpdir = tempfile.TemporaryDirectory(prefix="nni_hwaware_onnx_")
         try:
             path = Path(tmpdir.name) / "model.onnx"
             exporter = export_onnx(module, example, path)
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = torch.get_num_threads()
-            options.inter_op_num_threads = 1
-            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            options.log_severity_level = 3  # errors only
-            session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+            session = onnx_session(path, device)
         except BaseException:
             tmpdir.cleanup()
             raise
         return _OrtRunner(session, example, dev, tmpdir, exporter)
+
+
+def onnx_session(path: str | Path, device: str = "cpu") -> Any:
+    """An ``onnxruntime.InferenceSession`` of the model at ``path``, set up as the backend times it.
+
+    Providers: ``CPUExecutionProvider`` alone for ``device="cpu"``; ``CUDAExecutionProvider``
+    (then CPU) for a CUDA device. ``intra_op_num_threads = torch.get_num_threads()``, one
+    inter-op thread, sequential execution, all graph optimisations.
+    """
+    ort = _import_onnxruntime()
+    dev = parse_device(device)
+    if dev.type == "cuda":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise HwAwareError(
+                "onnxruntime has no CUDAExecutionProvider; install onnxruntime-gpu or use device='cpu'"
+            )
+        providers: list[Any] = [("CUDAExecutionProvider", {"device_id": dev.index or 0}), "CPUExecutionProvider"]
+    else:
+        providers = ["CPUExecutionProvider"]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # errors only
+    return ort.InferenceSession(str(path), sess_options=options, providers=providers)

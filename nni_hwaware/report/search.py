@@ -39,19 +39,24 @@ def best_trial(trials: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
 
 def write_search_report(out_dir: str | os.PathLike[str], baseline: ModelResult, best: ModelResult,
                         trials: Sequence[Mapping[str, Any]], *, baseline_predicted_ms: float | None = None,
-                        budget: Mapping[str, Any] | None = None) -> dict[str, Path]:
-    """Write the files listed in the module docstring; returns their paths by kind."""
+                        budget: Mapping[str, Any] | None = None,
+                        space: Mapping[str, Any] | None = None) -> dict[str, Path]:
+    """Write the files listed in the module docstring; returns their paths by kind.
+
+    ``space`` (``{space, space_args}``: how the search named its space) lets ``nni-hwaware
+    export <experiment>`` rebuild the found network."""
     out = Path(out_dir)
     results = {"baseline": baseline.to_dict(), "best": best.to_dict(), "trials": list(trials),
-               "baseline_predicted_ms": baseline_predicted_ms, "budget": dict(budget or {})}
+               "baseline_predicted_ms": baseline_predicted_ms, "budget": dict(budget or {}),
+               **({"space": dict(space)} if space else {})}
     paths = {"results": write_json(out / "results.json", results)}
     paths.update(render_search_report(out / "results.json", out))
     return paths
 
 
 def write_retrain_report(out_dir: str | os.PathLike[str], metric: Mapping[str, Any],
-                         trials: Sequence[Mapping[str, Any]], *, budget: Mapping[str, Any] | None = None
-                         ) -> tuple[dict[str, Path], list[str]]:
+                         trials: Sequence[Mapping[str, Any]], *, budget: Mapping[str, Any] | None = None,
+                         space: Mapping[str, Any] | None = None) -> tuple[dict[str, Path], list[str]]:
     """The report from the retraining trial's final metric (``results``: both networks, see
     :func:`nni_hwaware.trial.run.retrain_metrics`); returns the paths and the comparison's warnings."""
     import json
@@ -62,7 +67,7 @@ def write_retrain_report(out_dir: str | os.PathLike[str], metric: Mapping[str, A
     except (KeyError, TypeError, json.JSONDecodeError) as err:
         raise HwAwareError(f"the retraining trial's result has no readable 'results' ({err}); the tuner and "
                            "the trial must be the same nni-hwaware version") from None
-    paths = write_search_report(out_dir, baseline, found, trials, budget=budget,
+    paths = write_search_report(out_dir, baseline, found, trials, budget=budget, space=space,
                                 baseline_predicted_ms=baseline.predicted_latency_ms)
     return paths, list(found.extra.get("vs_baseline", {}).get("warnings", []))
 

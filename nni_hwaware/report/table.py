@@ -135,6 +135,7 @@ def write_report(out_dir: str | os.PathLike[str], baseline: ModelResult, others:
     frame = comparison_table(baseline, others)
     heading = title or f"{', '.join(o.name for o in others)} vs {baseline.name} ({baseline.space}, {baseline.chip})"
     markdown = f"# {heading}\n\n" + to_markdown(frame) + "".join(measured_markdown(o) for o in others)
+    markdown += "".join(deliverables_markdown(o, out) for o in others)
     if sweep:
         markdown += "\n## Sweep\n\n" + sweep_markdown(baseline, sweep)
     paths = {
@@ -169,6 +170,42 @@ def measured_markdown(result: ModelResult) -> str:
     if comparison.get("predicted_memory_ratio") is not None:
         lines.append(f"- memory ratio, predicted: {comparison['predicted_memory_ratio']:.3f}")
     lines += [f"\n**{line}**" for line in comparison.get("warnings", [])]
+    return "\n".join(lines) + "\n"
+
+
+def deliverables_markdown(result: ModelResult, report_dir: str | os.PathLike[str]) -> str:
+    """Where the trained network's files are and how their checks went (``extra["deliverables"]``, see
+    :func:`nni_hwaware.export.write_deliverables`); links when they are on this machine. Empty without them."""
+    import socket
+
+    summary = result.extra.get("deliverables")
+    if not summary:
+        return ""
+    where = Path(summary["dir"])
+    here = summary.get("host") == socket.gethostname() and where.is_dir()
+    files = summary.get("files", {})
+    if here:
+        names = ", ".join(f"[{name}]({Path(os.path.relpath(where / name, report_dir)).as_posix()})"
+                          for name in files.values())
+        lines = [f"\n## {result.name}: the trained network\n", f"In {where}: {names}."]
+    else:
+        lines = [f"\n## {result.name}: the trained network\n",
+                 f"On machine {summary.get('host')}, in {where} (the trial's output directory there): "
+                 f"{', '.join(files.values())}."]
+    for fmt, entry in summary.get("exports", {}).items():
+        agree = "matches PyTorch" if entry.get("matches") else "**differs from PyTorch**"
+        line = (f"- {entry['path']} ({fmt}): {agree} on a batch of {entry['batch']} "
+                f"(largest difference {entry['max_abs_diff']:.2g}); test top-1 {100 * entry['test_top1']:.2f} %")
+        if entry.get("test_top1_vs_torch") is not None:
+            line += f" ({100 * entry['test_top1_vs_torch']:+.2f} points against PyTorch)"
+        lines.append(line)
+    timing = summary.get("onnx_timing")
+    if timing:
+        low, high = timing["latency_ratio_ci95"]
+        lines.append(f"- ONNX Runtime latency ratio, found vs baseline, interleaved: {timing['latency_ratio']:.3f} "
+                     f"(95 % interval {low:.3f} to {high:.3f}, {timing['rounds']} rounds; {timing['found_ms']:.3f} "
+                     f"vs {timing['baseline_ms']:.3f} ms at batch {timing['batch_size']})")
+    lines += [f"- {note}" for note in summary.get("notes", [])]
     return "\n".join(lines) + "\n"
 
 

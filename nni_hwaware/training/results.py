@@ -52,9 +52,14 @@ class ModelResult:
     alpha: float | None = None
     search_seconds: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The trained weights (best epoch on validation), when asked for (``keep_weights``);
+    #: never written to JSON.
+    state_dict: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(dataclasses.replace(self, state_dict=None))
+        del data["state_dict"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelResult:
@@ -114,13 +119,17 @@ def evaluate_architecture(config: Any, arch: Mapping[str, str], train: Any, *, c
                           name: str = "network", threads: int | None = 1, batch_size: int = 1,
                           backend: str = "torch", device: str = "cpu", repeats: int = 3,
                           alpha: float | None = None, search_seconds: float | None = None,
-                          on_epoch: Callable[[int, dict[str, float]], None] | None = None) -> ModelResult:
-    """Retrain ``arch`` from scratch with ``train`` (a ``TrainConfig``), test it, measure it, predict it."""
+                          on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+                          keep_weights: bool = False) -> ModelResult:
+    """Retrain ``arch`` from scratch with ``train`` (a ``TrainConfig``), test it, measure it, predict it.
+
+    ``keep_weights`` keeps the trained weights in the result's ``state_dict`` (to save or export it).
+    """
     from nni_hwaware.profiling import detect_chip
     from nni_hwaware.training.train import train_architecture
 
     arch = config.check_architecture(arch)
-    trained = train_architecture(config, arch, train, on_epoch)
+    trained = train_architecture(config, arch, train, on_epoch, keep_weights=keep_weights)
     measured = measure_architecture(config, arch, batch_size=batch_size, backend=backend, device=device,
                                     threads=threads, repeats=repeats, seed=train.seed)
     predicted = cost_model.predict(arch) if cost_model is not None else None
@@ -137,4 +146,5 @@ def evaluate_architecture(config: Any, arch: Mapping[str, str], train: Any, *, c
         best_epoch=trained.best_epoch, train_seconds=trained.train_seconds,
         alpha=alpha, search_seconds=search_seconds,
         extra={"param_mb": measured["param_mb"], "activation_mb": measured["activation_mb"]},
+        state_dict=trained.state_dict,
     )

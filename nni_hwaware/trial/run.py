@@ -23,7 +23,10 @@ trial's parameters with another trial's metrics under concurrency
 The last trial of a search (parameters with ``retrain``) retrains the best
 network of the search history it was sent and the baseline, times them
 interleaved, and answers with both results as its final metric
-(:func:`retrain_metrics`); the tuner writes the report. A trial writes no file.
+(:func:`retrain_metrics`); the tuner writes the report. It also saves the retrained found
+network in NNI's trial output directory (``NNI_OUTPUT_DIR``, on the machine the trial ran
+on): ``network.pt``, ``network.onnx`` and ``network.torchscript.pt``, each export checked and
+timed against the baseline's (:func:`nni_hwaware.export.deliver`). Search trials write no file.
 """
 
 from __future__ import annotations
@@ -152,8 +155,22 @@ def retrain_metrics(baseline: Any, found: Any) -> dict[str, Any]:
             "baseline_test_top1": baseline.test_top1, "baseline_latency_ms": baseline.latency_ms,
             "latency_ratio": comparison.get("latency_ratio"), "latency_ratio_ci95_low": ci[0],
             "latency_ratio_ci95_high": ci[1], "memory_ratio": comparison.get("memory_ratio"),
+            **_deliverable_metrics(found.extra.get("deliverables")),
             "results": json.dumps({"baseline": baseline.to_dict(), "found": found.to_dict()}),
             "arch": json.dumps(found.arch, separators=(",", ":"))}
+
+
+def _deliverable_metrics(summary: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The deliverables' headline figures for the portal: where they are, the ONNX Runtime ratio."""
+    if not summary:
+        return {}
+    metrics: dict[str, Any] = {"deliverables_dir": summary["dir"], "deliverables_host": summary["host"]}
+    timing = summary.get("onnx_timing")
+    if timing:
+        metrics.update(onnx_latency_ratio=timing["latency_ratio"],
+                       onnx_latency_ratio_ci95_low=timing["latency_ratio_ci95"][0],
+                       onnx_latency_ratio_ci95_high=timing["latency_ratio_ci95"][1])
+    return metrics
 
 
 def _retrain(named: Any, params: TrialParameters, train: Any) -> int:
@@ -162,6 +179,7 @@ def _retrain(named: Any, params: TrialParameters, train: Any) -> int:
 
     import nni
 
+    from nni_hwaware.export import deliver
     from nni_hwaware.report.search import best_trial
     from nni_hwaware.training import compare_with_baseline, evaluate_architecture
 
@@ -173,13 +191,15 @@ def _retrain(named: Any, params: TrialParameters, train: Any) -> int:
                  "found": {m: best.get(f"predicted_{m}", best.get(m)) for m in ("latency_ms", "memory_mb")}}
     results = {}
     for name, arch in (("baseline", job.baseline), ("found", best["arch"])):
-        result = evaluate_architecture(named, arch, train, name=name, threads=1, repeats=job.repeats)
+        result = evaluate_architecture(named, arch, train, name=name, threads=1, repeats=job.repeats,
+                                       keep_weights=True)
         results[name] = dataclasses.replace(result, chip=params.chip or result.chip,
                                             predicted_latency_ms=predicted[name].get("latency_ms"),
                                             predicted_memory_mb=predicted[name].get("memory_mb"))
         nni.report_intermediate_result({"default": results[name].test_top1, "retrained": name})
     baseline, found = compare_with_baseline(named, results["baseline"], results["found"], rounds=job.rounds,
                                             seed=train.seed)
+    found = deliver(named, found, baseline, space=params.space, space_args=params.space_args, train=train)
     final = retrain_metrics(baseline, found)
     nni.report_final_result(final)
     for line in found.extra["vs_baseline"]["warnings"]:

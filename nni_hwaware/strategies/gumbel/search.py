@@ -207,6 +207,18 @@ def _alpha_name(alpha: float) -> str:
     return f"alpha_{alpha:g}".replace(".", "p")
 
 
+def _deliver(config: GumbelSearchConfig, space: Any, main: Any, baseline: Any, train: Any, out: Path,
+             log: Callable[[str], None]) -> Any:
+    """The retrained network's files (``<out>/network/``, or NNI's trial output directory)."""
+    from nni_hwaware.export import deliver
+
+    main = deliver(space, main, baseline, space=config.space, space_args=config.space_args, train=train,
+                   out=out / "network")
+    if "deliverables" in main.extra:
+        log(f"searched: the trained network and its exports are in {main.extra['deliverables']['dir']}")
+    return main
+
+
 def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]], None] | None = None,
                  log: Callable[[str], None] = print) -> dict[str, Any]:
     """Search, export, retrain the found network and the baseline, sweep, report; returns the summary."""
@@ -230,7 +242,8 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
         else:
             result = evaluate_architecture(space, arch, train, cost_model=cost_model, name=name,
                                            threads=config.cost.threads, batch_size=config.cost.batch_size,
-                                           backend=config.cost.backend, repeats=config.cost.repeats, **extra)
+                                           backend=config.cost.backend, repeats=config.cost.repeats,
+                                           keep_weights=True, **extra)
             done[key] = result
         result.save(path)
         log(f"{name}: test top-1 {result.test_top1:.4f}, top-3 {result.test_top3:.4f}, "
@@ -267,9 +280,13 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
         for result in (main, *sweep):
             for line in result.extra["vs_baseline"]["warnings"]:
                 log(f"{result.name}: {line}")
+        main = _deliver(config, space, main, baseline, train, out, log)
         main.save(out / "results" / "searched.json")
         baseline.save(out / "results" / "baseline.json")
         files = {k: str(v) for k, v in write_report(out / "report", baseline, [main], sweep=sweep).items()}
+    else:
+        main = _deliver(config, space, main, None, train, out, log)
+        main.save(out / "results" / "searched.json")
     summary = {
         "space": space.name, "chip": cost_model.chip, "alpha": config.penalty.alpha,
         "arch": main.arch, "arch_path": str(outcomes[config.penalty.alpha].arch_path),

@@ -199,8 +199,10 @@ class SearchSession:
     def _write_report(self, value: Any) -> None:
         from nni_hwaware.report.search import write_retrain_report
 
+        space = {"space": self.job.space if isinstance(self.job.space, str) else self.named.name,
+                 "space_args": dict(self.job.space_args)}
         paths, warnings = write_retrain_report(self.output_dir / "report", value, self.records.results,
-                                               budget=self.budget.limits())
+                                               budget=self.budget.limits(), space=space)
         for line in warnings:
             _logger.warning("%s", line)
         _logger.info("report written: %s", ", ".join(str(p) for p in paths.values()))

@@ -1,0 +1,168 @@
+"""What a search hands over: the found network trained, saved, exported, checked and timed.
+
+:func:`write_deliverables` writes into one directory (a trial's ``NNI_OUTPUT_DIR`` under
+NNI, the run's ``--out`` otherwise):
+
+* ``network.pt``: the trained weights with the architecture, the space and the training
+  options (:mod:`nni_hwaware.export.checkpoint`);
+* ``network.onnx`` (when ``onnx`` is installed) and ``network.torchscript.pt``
+  (:mod:`nni_hwaware.export.formats`), each checked against PyTorch on a batch and
+  evaluated on the data set's test split: its test accuracy next to PyTorch's;
+* ``deliverables.json``: all of the above, the machine and directory they are on, and, when
+  the baseline network is given, the ONNX Runtime latency of the export against the
+  baseline's export, timed in shared rounds (:func:`~nni_hwaware.profiling.rounds.time_in_rounds`)
+  on this machine, as a ratio with its 95 % interval.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from nni_hwaware.export.checkpoint import save_checkpoint
+from nni_hwaware.export.formats import FORMATS, export_network, file_name, load_exported
+from nni_hwaware.files import write_json
+
+__all__ = ["DELIVERABLES_FILE", "deliver", "exported_accuracy", "onnx_available", "output_dir",
+           "time_onnx", "write_deliverables"]
+
+#: The summary a deliverables directory holds.
+DELIVERABLES_FILE = "deliverables.json"
+#: Seconds of shared timing rounds of the found network's and the baseline's ONNX exports.
+ONNX_TIMING_SECONDS = 5.0
+
+
+def onnx_available() -> bool:
+    """Whether the ``onnx`` extra is installed (ONNX export and ONNX Runtime)."""
+    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
+
+
+def output_dir(default: str | os.PathLike[str] | None = None) -> Path | None:
+    """Where a trial keeps its files: NNI's ``NNI_OUTPUT_DIR`` (every training service sets it), else ``default``."""
+    found = os.environ.get("NNI_OUTPUT_DIR")
+    if found:
+        return Path(found)
+    return Path(default) if default is not None else None
+
+
+def exported_accuracy(run: Any, dataset: str, input_shape: Sequence[int], *, seed: int = 0,
+                      data_dir: str | None = None, batch_size: int = 256) -> float:
+    """Top-1 accuracy of ``run`` (a callable batch -> logits) on the test split ``seed`` draws."""
+    from torch.utils.data import DataLoader
+
+    from nni_hwaware.spaces.data import make_dataset
+
+    data = make_dataset(dataset, "test", seed=seed, data_dir=data_dir, shape=tuple(input_shape))
+    correct = total = 0
+    for x, y in DataLoader(data, batch_size=batch_size, shuffle=False):
+        correct += int((run(x).argmax(dim=1) == y).sum())
+        total += len(y)
+    return correct / total
+
+
+def time_onnx(found: str | os.PathLike[str], baseline: str | os.PathLike[str], input_shape: Sequence[int], *,
+              batch_size: int = 1, threads: int | None = 1, seconds: float = ONNX_TIMING_SECONDS,
+              seed: int = 0) -> dict[str, Any]:
+    """ONNX Runtime latency of two ONNX files, timed in shared shuffled rounds on this machine:
+    ``{found_ms, baseline_ms, latency_ratio, latency_ratio_ci95, rounds}`` (ratio found / baseline)."""
+    import numpy as np
+
+    from nni_hwaware.profiling.backends import onnx_session
+    from nni_hwaware.profiling.chips import fixed_threads
+    from nni_hwaware.profiling.rounds import time_in_rounds
+
+    example = np.random.default_rng(seed).standard_normal((batch_size, *input_shape)).astype(np.float32)
+    with fixed_threads(threads):
+        runners = []
+        for path in (found, baseline):
+            session = onnx_session(path)
+            feed = {session.get_inputs()[0].name: example}
+            runners.append(lambda s=session, f=feed: s.run(None, f))
+        timing = time_in_rounds(runners, min_rounds=20, max_seconds=seconds, min_sample_ms=2.0, seed=seed)
+    ratio = timing.ratio(0, 1)
+    return {"found_ms": timing[0].median_ms, "baseline_ms": timing[1].median_ms,
+            "latency_ratio": ratio["ratio"], "latency_ratio_ci95": ratio["ci95"], "rounds": timing.rounds,
+            "batch_size": batch_size, "threads": threads}
+
+
+def write_deliverables(out: str | os.PathLike[str], named: Any, net: nn.Module, arch: Mapping[str, Any], *,
+                       space: str, space_args: Mapping[str, Any] | None = None,
+                       train: Mapping[str, Any] | None = None, metrics: Mapping[str, Any] | None = None,
+                       baseline: nn.Module | None = None, formats: Sequence[str] = FORMATS,
+                       threads: int | None = 1, seed: int = 0, timing_seconds: float = ONNX_TIMING_SECONDS
+                       ) -> dict[str, Any]:
+    """Save, export, check and time the trained ``net`` (see the module docstring); returns the summary.
+
+    ``named`` is the resolved space (its ``input_shape`` and ``dataset``); ``space`` the spec
+    string it was resolved from, stored so the checkpoint rebuilds it. ``metrics`` holds the
+    PyTorch network's ``test_top1``, which each export's test accuracy is compared with.
+    ``onnx`` is left out, with a note, when the ``onnx`` extra is missing.
+    """
+    out = Path(out)
+    metrics = dict(metrics or {})
+    shape = tuple(named.input_shape)
+    data_dir = (train or {}).get("data_dir")
+    checkpoint = save_checkpoint(out / "network.pt", space=space, arch=arch, state_dict=net.state_dict(),
+                                 input_shape=shape, space_args=space_args, train=train, metrics=metrics)
+    summary: dict[str, Any] = {"dir": str(out.resolve()), "host": socket.gethostname(),
+                               "files": {"checkpoint": checkpoint.name}, "exports": {}, "notes": []}
+    torch_top1 = metrics.get("test_top1")
+    for fmt in formats:
+        if fmt == "onnx" and not onnx_available():
+            summary["notes"].append("no ONNX export: install the onnx extra (pip install 'nni-hwaware[onnx]')")
+            continue
+        check = export_network(net, shape, out / file_name(fmt), fmt, seed=seed)
+        entry = {**check.to_dict(), "path": file_name(fmt)}
+        entry["test_top1"] = exported_accuracy(load_exported(out / file_name(fmt), fmt), named.dataset, shape,
+                                               seed=int((train or {}).get("seed", 0)), data_dir=data_dir)
+        if torch_top1 is not None:
+            entry["test_top1_vs_torch"] = entry["test_top1"] - float(torch_top1)
+        if not check.matches:
+            summary["notes"].append(f"the {fmt} export differs from PyTorch by up to {check.max_abs_diff:.3g}")
+        summary["files"][fmt] = file_name(fmt)
+        summary["exports"][fmt] = entry
+    if baseline is not None and "onnx" in summary["exports"]:
+        with tempfile.TemporaryDirectory(prefix="nni_hwaware_baseline_") as tmp:
+            base = Path(tmp) / file_name("onnx")
+            export_network(baseline, shape, base, "onnx", seed=seed)
+            summary["onnx_timing"] = time_onnx(out / file_name("onnx"), base, shape, threads=threads,
+                                               seconds=timing_seconds, seed=seed)
+    write_json(out / DELIVERABLES_FILE, summary)
+    return summary
+
+
+def deliver(named: Any, found: Any, baseline: Any = None, *, space: Any, space_args: Mapping[str, Any] | None = None,
+            train: Any = None, out: str | os.PathLike[str] | None = None) -> Any:
+    """Write a retrained network's deliverables (:func:`write_deliverables`) and return the
+    :class:`~nni_hwaware.training.ModelResult` ``found`` with their summary in ``extra["deliverables"]``.
+
+    They go to NNI's trial output directory under NNI, to ``out`` otherwise, and nowhere when
+    neither is set. ``found`` (and ``baseline``, for the ONNX Runtime timing) must carry their
+    trained weights (``evaluate_architecture(..., keep_weights=True)``); ``space`` is the spec the
+    space was named by (a space object is stored by its name, which may not rebuild it).
+    """
+    import dataclasses
+
+    where = output_dir(out)
+    if where is None or found.state_dict is None:
+        return found
+    net = named.build(found.arch)
+    net.load_state_dict(found.state_dict)
+    base = None
+    if baseline is not None and baseline.state_dict is not None:
+        base = named.build(baseline.arch)
+        base.load_state_dict(baseline.state_dict)
+    options = train.to_dict() if hasattr(train, "to_dict") else dict(train or {})
+    metrics = {"test_top1": found.test_top1, "test_top3": found.test_top3, "val_top1": found.val_top1,
+               "latency_ms": found.latency_ms, "memory_mb": found.memory_mb}
+    summary = write_deliverables(where, named, net, found.arch, space=space if isinstance(space, str) else named.name,
+                                 space_args=space_args, train=options, metrics=metrics, baseline=base,
+                                 seed=int(options.get("seed", 0)))
+    return dataclasses.replace(found, extra={**found.extra, "deliverables": summary})

@@ -64,6 +64,11 @@ def test_main_job_config_runs_to_the_report(tmp_path: Path) -> None:
         assert abs(exported_accuracy(load_exported(delivered / name, fmt), "digits", shape)
                    - final[0]["default"]) < 0.001, fmt
     assert "[network.onnx](" in comparison  # on the local service the report links the files
+    from nni_hwaware.cli import main
+
+    assert main(["export", str(experiment.experiment_dir), "--format", "onnx", "--out", str(tmp_path / "x")]) == 0
+    assert abs(exported_accuracy(load_exported(tmp_path / "x" / "network.onnx", "onnx"), "digits", shape)
+               - final[0]["default"]) < 0.001  # the experiment's trained network, found from its id or folder
     results = json.loads((report / "results.json").read_text())
     assert len(results["trials"]) == 4
     # both costs are budgeted, like the seed's result: the found network fits both (as predicted)

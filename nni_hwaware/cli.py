@@ -462,8 +462,10 @@ def _cmd_retrain(args: argparse.Namespace) -> int:
         from nni_hwaware.export import deliver
 
         result = deliver(named, result, space=args.space, space_args=json.loads(args.space_args), train=train,
-                         out=args.save)
-        print(f"saved the trained network and its exports in {args.save}")
+                         out=args.save, nni_dir=False, threads=args.threads)
+        if "deliverables_error" in result.extra:
+            raise HwAwareError(result.extra["deliverables_error"])
+        print(f"saved the trained network and its exports in {result.extra['deliverables']['dir']}")
     result.save(args.out)
     print(f"{result.name}: test top-1 {result.test_top1:.4f}, top-3 {result.test_top3:.4f}, "
           f"latency {result.latency_ms:.4g} ms, memory {result.memory_mb:.4g} MB; wrote {args.out}")
@@ -495,12 +497,17 @@ def _export_source(args: argparse.Namespace) -> tuple[Any, Any, str]:
 
     weights = args.weights
     arch_file = None
+    if args.source and weights:
+        raise HwAwareError("give either an experiment / architecture JSON or --weights, not both")
     if args.source and not weights:
         source = Path(args.source)
-        if source.suffix == ".json" and source.is_file() and "best" not in read_json(source, "architecture file"):
+        data = read_json(source, "architecture file") if source.suffix == ".json" else None
+        if isinstance(data, dict) and "best" not in data:
             arch_file = source
         else:
-            results = read_json(_search_results(args.source), "search results")
+            if data is not None and not isinstance(data, dict):
+                raise HwAwareError(f"{source} holds no architecture (a label -> value mapping) nor search results")
+            results = data if data is not None else read_json(_search_results(args.source), "search results")
             best, space = results["best"], results.get("space") or {}
             summary = best.get("extra", {}).get("deliverables") or {}
             saved = Path(summary.get("dir", "")) / "network.pt" if summary else None
@@ -514,11 +521,13 @@ def _export_source(args: argparse.Namespace) -> tuple[Any, Any, str]:
                 if args.space is None:
                     raise HwAwareError("the experiment's report names no space; pass --space (and --space-args)")
                 named = _named(args)
-                where = f" (its trained network is on {summary['host']} in {summary['dir']})" if summary else ""
+                if summary:
+                    print(f"warning: the trained network is on {summary['host']} in {summary['dir']}; exporting the "
+                          "architecture untrained (copy its network.pt here and pass --weights)", file=sys.stderr)
                 with torch.random.fork_rng(devices=[]):
                     torch.manual_seed(args.seed)
                     net = named.build(named.check_architecture(best["arch"]))
-                return named, net, f"the experiment's found network, untrained{where}"
+                return named, net, "the experiment's found network, untrained"
     if weights:
         checkpoint = load_checkpoint(weights)
         named, net = network_from_checkpoint(checkpoint)

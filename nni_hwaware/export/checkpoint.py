@@ -61,6 +61,8 @@ def save_checkpoint(path: str | os.PathLike[str], *, space: str, arch: Mapping[s
     if not isinstance(space, str) or not space:
         raise HwAwareError("a checkpoint names its space by a string (a registered name, nni:<hub space> or "
                            "module:callable): pass the spec the space was resolved from")
+    if space.endswith(".json") and Path(space).is_file():
+        space = str(Path(space).resolve())  # a space file: found again from any directory
     data = {
         "format": CHECKPOINT_FORMAT, "space": space, "space_args": _plain(space_args or {}),
         "arch": _plain(dict(arch)), "input_shape": [int(d) for d in input_shape],

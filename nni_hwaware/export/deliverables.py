@@ -17,6 +17,7 @@ NNI, the run's ``--out`` otherwise):
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import socket
 import tempfile
@@ -26,12 +27,15 @@ from typing import Any
 
 from torch import nn
 
+from nni_hwaware.errors import HwAwareError
 from nni_hwaware.export.checkpoint import save_checkpoint
 from nni_hwaware.export.formats import FORMATS, export_network, file_name, load_exported
 from nni_hwaware.files import write_json
 
 __all__ = ["DELIVERABLES_FILE", "deliver", "exported_accuracy", "onnx_available", "output_dir",
            "time_onnx", "write_deliverables"]
+
+_logger = logging.getLogger(__name__)
 
 #: The summary a deliverables directory holds.
 DELIVERABLES_FILE = "deliverables.json"
@@ -50,6 +54,10 @@ def output_dir(default: str | os.PathLike[str] | None = None) -> Path | None:
     if found:
         return Path(found)
     return Path(default) if default is not None else None
+
+
+def _one_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
 
 
 def exported_accuracy(run: Any, dataset: str, input_shape: Sequence[int], *, seed: int = 0,
@@ -118,10 +126,14 @@ def write_deliverables(out: str | os.PathLike[str], named: Any, net: nn.Module, 
         if fmt == "onnx" and not onnx_available():
             summary["notes"].append("no ONNX export: install the onnx extra (pip install 'nni-hwaware[onnx]')")
             continue
-        check = export_network(net, shape, out / file_name(fmt), fmt, seed=seed)
-        entry = {**check.to_dict(), "path": file_name(fmt)}
-        entry["test_top1"] = exported_accuracy(load_exported(out / file_name(fmt), fmt), named.dataset, shape,
-                                               seed=int((train or {}).get("seed", 0)), data_dir=data_dir)
+        try:
+            check = export_network(net, shape, out / file_name(fmt), fmt, seed=seed)
+            entry = {**check.to_dict(), "path": file_name(fmt)}
+            entry["test_top1"] = exported_accuracy(load_exported(out / file_name(fmt), fmt), named.dataset, shape,
+                                                   seed=int((train or {}).get("seed", 0)), data_dir=data_dir)
+        except Exception as err:  # one format failing leaves the others and the checkpoint
+            summary["notes"].append(f"no {fmt} export: {err if isinstance(err, HwAwareError) else _one_line(err)}")
+            continue
         if torch_top1 is not None:
             entry["test_top1_vs_torch"] = entry["test_top1"] - float(torch_top1)
         if not check.matches:
@@ -131,26 +143,32 @@ def write_deliverables(out: str | os.PathLike[str], named: Any, net: nn.Module, 
     if baseline is not None and "onnx" in summary["exports"]:
         with tempfile.TemporaryDirectory(prefix="nni_hwaware_baseline_") as tmp:
             base = Path(tmp) / file_name("onnx")
-            export_network(baseline, shape, base, "onnx", seed=seed)
-            summary["onnx_timing"] = time_onnx(out / file_name("onnx"), base, shape, threads=threads,
-                                               seconds=timing_seconds, seed=seed)
+            try:
+                export_network(baseline, shape, base, "onnx", seed=seed)
+                summary["onnx_timing"] = time_onnx(out / file_name("onnx"), base, shape, threads=threads,
+                                                   seconds=timing_seconds, seed=seed)
+            except HwAwareError as err:
+                summary["notes"].append(f"no ONNX Runtime timing against the baseline: {err}")
     write_json(out / DELIVERABLES_FILE, summary)
     return summary
 
 
 def deliver(named: Any, found: Any, baseline: Any = None, *, space: Any, space_args: Mapping[str, Any] | None = None,
-            train: Any = None, out: str | os.PathLike[str] | None = None) -> Any:
+            train: Any = None, out: str | os.PathLike[str] | None = None, nni_dir: bool = True,
+            threads: int | None = 1) -> Any:
     """Write a retrained network's deliverables (:func:`write_deliverables`) and return the
     :class:`~nni_hwaware.training.ModelResult` ``found`` with their summary in ``extra["deliverables"]``.
 
-    They go to NNI's trial output directory under NNI, to ``out`` otherwise, and nowhere when
-    neither is set. ``found`` (and ``baseline``, for the ONNX Runtime timing) must carry their
+    They go to NNI's trial output directory under NNI (unless ``nni_dir`` is False: a
+    directory the user named), to ``out`` otherwise, and nowhere when neither is set. A
+    failure to write them is logged and kept in ``extra["deliverables_error"]``: it never
+    costs the retrained result. ``found`` (and ``baseline``, for the ONNX Runtime timing) must carry their
     trained weights (``evaluate_architecture(..., keep_weights=True)``); ``space`` is the spec the
     space was named by (a space object is stored by its name, which may not rebuild it).
     """
     import dataclasses
 
-    where = output_dir(out)
+    where = output_dir(out) if nni_dir else (Path(out) if out is not None else None)
     if where is None or found.state_dict is None:
         return found
     net = named.build(found.arch)
@@ -162,7 +180,12 @@ def deliver(named: Any, found: Any, baseline: Any = None, *, space: Any, space_a
     options = train.to_dict() if hasattr(train, "to_dict") else dict(train or {})
     metrics = {"test_top1": found.test_top1, "test_top3": found.test_top3, "val_top1": found.val_top1,
                "latency_ms": found.latency_ms, "memory_mb": found.memory_mb}
-    summary = write_deliverables(where, named, net, found.arch, space=space if isinstance(space, str) else named.name,
-                                 space_args=space_args, train=options, metrics=metrics, baseline=base,
-                                 seed=int(options.get("seed", 0)))
+    try:
+        summary = write_deliverables(where, named, net, found.arch, space=space if isinstance(space, str) else named.name,
+                                     space_args=space_args, train=options, metrics=metrics, baseline=base,
+                                     threads=threads, seed=int(options.get("seed", 0)))
+    except (HwAwareError, OSError, RuntimeError) as err:
+        message = f"the trained network was not saved in {where}: {_one_line(err)}"
+        _logger.warning("%s", message)
+        return dataclasses.replace(found, extra={**found.extra, "deliverables_error": message})
     return dataclasses.replace(found, extra={**found.extra, "deliverables": summary})

@@ -14,6 +14,7 @@ A file appears only once it is complete (written in a temporary directory, then 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shutil
 import tempfile
@@ -100,7 +101,7 @@ def export_network(net: nn.Module, input_shape: tuple[int, ...], path: str | os.
     _check_format(fmt)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    net = net.eval().cpu()
+    net = copy.deepcopy(net).eval().cpu()  # the caller's module stays where and as it was
     generator = torch.Generator().manual_seed(seed)
     batch = torch.randn((max(2, check_batch), *input_shape), generator=generator)
     with torch.inference_mode():
@@ -109,13 +110,19 @@ def export_network(net: nn.Module, input_shape: tuple[int, ...], path: str | os.
     try:
         written = tmp / path.name
         exporter = _export_onnx(net, batch[:2], written) if fmt == "onnx" else _export_torchscript(net, batch[:2], written)
-        got = load_exported(written, fmt)(batch)
+        try:
+            got = load_exported(written, fmt)(batch)
+        except Exception as err:  # the runtime's own errors (ONNX Runtime, TorchScript): one line
+            text = " ".join(str(err).split())[:200]
+            raise HwAwareError(f"the {fmt} export of {type(net).__name__} does not run on a batch of {len(batch)} "
+                               f"({type(err).__name__}: {text})") from None
         if got.shape != expected.shape:
             raise HwAwareError(f"the {fmt} export gives outputs of shape {tuple(got.shape)}, PyTorch "
                                f"{tuple(expected.shape)}")
         diff = (got - expected).abs()
         matches = bool((diff <= ATOL + RTOL * expected.abs()).all())
-        for part in sorted(tmp.iterdir()):  # the model, then any side file of external weights
+        # side files (external weights) first, the model last: it never appears without them
+        for part in sorted(tmp.iterdir(), key=lambda p: p.name == path.name):
             os.replace(part, path.parent / part.name)
     finally:
         with contextlib.suppress(OSError):

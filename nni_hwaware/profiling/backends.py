@@ -213,7 +213,8 @@ def export_onnx(
     dynamo: dict[str, Any] = {}
     if dynamic_batch:
         legacy["dynamic_axes"] = {"input": {0: "batch"}, "output": {0: "batch"}}
-        dynamo["dynamic_shapes"] = ({0: torch.export.Dim("batch")},)
+        # one self-contained file for a deployed model (no side file of external weights)
+        dynamo.update(dynamic_shapes=({0: torch.export.Dim("batch")},), external_data=False)
     module.eval()
     try:
         with warnings.catch_warnings(), torch.no_grad():

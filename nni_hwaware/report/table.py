@@ -180,7 +180,8 @@ def deliverables_markdown(result: ModelResult, report_dir: str | os.PathLike[str
 
     summary = result.extra.get("deliverables")
     if not summary:
-        return ""
+        error = result.extra.get("deliverables_error")
+        return f"\n## {result.name}: the trained network\n\n**{error}**\n" if error else ""
     where = Path(summary["dir"])
     here = summary.get("host") == socket.gethostname() and where.is_dir()
     files = summary.get("files", {})

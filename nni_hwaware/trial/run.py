@@ -204,5 +204,7 @@ def _retrain(named: Any, params: TrialParameters, train: Any) -> int:
     nni.report_final_result(final)
     for line in found.extra["vs_baseline"]["warnings"]:
         print(line)
+    if "deliverables_error" in found.extra:
+        print(found.extra["deliverables_error"])
     print(json.dumps({k: v for k, v in final.items() if k != "results"}))
     return 0

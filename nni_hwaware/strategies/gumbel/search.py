@@ -213,9 +213,11 @@ def _deliver(config: GumbelSearchConfig, space: Any, main: Any, baseline: Any, t
     from nni_hwaware.export import deliver
 
     main = deliver(space, main, baseline, space=config.space, space_args=config.space_args, train=train,
-                   out=out / "network")
+                   out=out / "network", threads=config.cost.threads)
     if "deliverables" in main.extra:
         log(f"searched: the trained network and its exports are in {main.extra['deliverables']['dir']}")
+    if "deliverables_error" in main.extra:
+        log(f"searched: {main.extra['deliverables_error']}")
     return main
 
 

@@ -169,6 +169,12 @@ def measured_markdown(result: ModelResult) -> str:
         lines.append(f"- memory ratio, measured: {comparison['memory_ratio']:.3f}")
     if comparison.get("predicted_memory_ratio") is not None:
         lines.append(f"- memory ratio, predicted: {comparison['predicted_memory_ratio']:.3f}")
+    for key, name in (("latency_ratio", "latency"), ("memory_ratio", "memory")):
+        target = result.extra.get("targets", {}).get(key)
+        if target is not None and comparison.get(key) is not None:
+            measured = float(comparison[key])
+            lines.append(f"- {name} target: {target:.3f} of the baseline; measured {measured:.3f} "
+                         f"({100 * (measured / target - 1):+.1f} % of the target)")
     lines += [f"\n**{line}**" for line in comparison.get("warnings", [])]
     return "\n".join(lines) + "\n"
 

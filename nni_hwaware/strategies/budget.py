@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -250,6 +251,43 @@ class BudgetMask:
             return True
 
         return found if walk([]) else None
+
+    def most_probable(self, log_probs: Sequence[np.ndarray], node_limit: int = 200_000
+                      ) -> tuple[int, ...] | None:
+        """The architecture (value indices) of highest ``sum_l log_probs[l][v_l]`` that fits the budget.
+
+        Exact branch and bound: labels in order, each label's allowed values from the most
+        probable down; a branch stops when even the most probable completion cannot beat
+        the best fit found. None when nothing fits; a :class:`HwAwareError` when
+        ``node_limit`` prefixes were visited first (a space too large for an exact answer).
+        """
+        logp = [np.asarray(lp, dtype=float) for lp in log_probs]
+        if [len(lp) for lp in logp] != list(self.n_candidates):
+            raise HwAwareError(f"log-probabilities of {[len(lp) for lp in logp]} values per label; the space has "
+                               f"{list(self.n_candidates)}")
+        rest = np.append(np.cumsum([lp.max() for lp in logp][::-1])[::-1], 0.0)
+        best: list[Any] = [-math.inf, None]
+        visited = [0]
+
+        def walk(prefix: list[int], score: float) -> None:
+            visited[0] += 1
+            if visited[0] > node_limit:
+                raise HwAwareError(f"the most probable architecture within the budget was not found in {node_limit} "
+                                   "steps of the exact search; tighten the distribution or prune the space")
+            i = len(prefix)
+            if i == self.n_layers:
+                if score > best[0] and self.within(prefix):
+                    best[0], best[1] = score, tuple(prefix)
+                return
+            allowed = self.allowed(prefix)
+            for j in np.argsort(-logp[i], kind="stable"):
+                if score + logp[i][j] + rest[i + 1] <= best[0]:
+                    break  # values come most probable first: no later one can do better
+                if allowed[j]:
+                    walk([*prefix, int(j)], score + float(logp[i][j]))
+
+        walk([], 0.0)
+        return best[1]
 
     def within(self, indices: Sequence[int]) -> bool:
         """Whether the finished architecture (value index per label) fits every bound."""

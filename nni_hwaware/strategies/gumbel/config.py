@@ -90,6 +90,18 @@ class PenaltyConfig:
     latency_budget_ms: float | str | None = None
     #: Budget mode: penalise only memory above this many MB (or ``"N%"`` of the baseline's).
     memory_budget_mb: float | str | None = None
+    #: Target mode: the search sets the latency term's weight itself, by dual ascent, so that
+    #: the latency expected under the architecture distribution lands on this many ms (or
+    #: ``"N%"`` of the baseline's predicted latency); ``alpha`` is the weight it starts from.
+    latency_target: float | str | None = None
+    #: Target mode for memory (MB or ``"N%"``); ``gamma`` is the weight it starts from.
+    memory_target: float | str | None = None
+    #: Integral gain of the weights' controller, per architecture update:
+    #: ``I <- max(0, I + dual_lr * g)`` with ``g = E[c]/T - 1``.
+    dual_lr: float = 0.02
+    #: Proportional gain: the weight is ``max(0, I + dual_gain * g)``; it damps the
+    #: oscillation plain dual ascent has around the target (a PI-controlled Lagrangian).
+    dual_gain: float = 5.0
 
     def __post_init__(self) -> None:
         _finite("penalty alpha", self.alpha, nonnegative=True)
@@ -100,12 +112,17 @@ class PenaltyConfig:
             raise HwAwareError(f"penalty normalise must be 'baseline' or 'none', got {self.normalise!r}")
         if self.memory not in ("table", "sum"):
             raise HwAwareError(f"penalty memory must be 'table' or 'sum', got {self.memory!r}")
-        for name in ("latency_budget_ms", "memory_budget_mb"):
+        for name in ("latency_budget_ms", "memory_budget_mb", "latency_target", "memory_target"):
             value = getattr(self, name)
             if isinstance(value, str):
                 budget_fraction(value, f"penalty {name}")
             elif value is not None:
                 _finite(f"penalty {name}", value, positive=True)
+        for cost, budget in (("latency", "latency_budget_ms"), ("memory", "memory_budget_mb")):
+            if getattr(self, f"{cost}_target") is not None and getattr(self, budget) is not None:
+                raise HwAwareError(f"penalty {cost}_target and {budget} are two forms of one limit: give one")
+        _finite("penalty dual_lr", self.dual_lr, positive=True)
+        _finite("penalty dual_gain", self.dual_gain, nonnegative=True)
 
     def budget(self, name: str, baseline: float) -> float | None:
         """Budget ``name`` (``latency_budget_ms`` / ``memory_budget_mb``) in ms or MB, given the baseline's."""

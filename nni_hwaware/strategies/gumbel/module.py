@@ -250,6 +250,9 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
                 "total": total, "CE": ce_value, "latency penalty": lat_value, "memory penalty": mem_value})
             params = self._architecture_backward(loss)
             arc_optim.step()
+            if self.hardware_penalty.has_targets:  # the weights follow the distribution to its targets
+                self.hardware_penalty.dual_step({label: self.masks.probabilities(label).detach()
+                                                 for label in self.masks.labels})
             if params:
                 alphas_finite = torch.isfinite(torch.cat([p.detach().flatten() for p in params])).all()
             self._accumulate(loss=total, ce=ce_value, penalty=penalty_value,
@@ -320,6 +323,9 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             **self.expected_costs(), "stage": stage, "stage_epoch": stage_epoch, "epoch": self.current_epoch,
             "temperature": temperature, **means, "decision": decision, "arch": self.architecture(),
         }
+        if self.hardware_penalty.has_targets:  # the weights the targets set, this epoch's end
+            latency_weight, memory_weight = self.hardware_penalty.weights.tolist()
+            record.update(latency_weight=latency_weight, memory_weight=memory_weight)
         self.history.append(record)
         numeric = {f"search/{k}": float(v) for k, v in record.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "default"}

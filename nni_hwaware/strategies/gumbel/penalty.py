@@ -28,6 +28,17 @@ space's reference network: plain ResNet50 on the project's spaces). In budget mo
 for a target ``T`` (in ms or MB, or ``"N%"`` of the baseline's cost): only the excess
 over the budget is penalised.
 
+In target mode (``latency_target`` / ``memory_target``) a term is ``w * c(a)/T``, the
+Lagrangian of ``E[c] <= T``, and the multiplier ``w`` is set after every architecture
+update from the cost expected under the architecture distribution ``softmax(alpha)``
+(:meth:`HardwarePenalty.dual_step`), by a PI controller on ``g = E[c]/T - 1``:
+``I <- max(0, I + dual_lr * g)`` (dual ascent; ``I`` starts at ``alpha`` / ``gamma``) and
+``w = max(0, I + dual_gain * g)``. A distribution above its target raises the weight
+until it comes down to the target; one below it lowers the weight to zero, so accuracy
+decides. Plain dual ascent (``dual_gain = 0``) circles the target (0.86-1.23x of it on a
+two-layer toy after 2,000 steps); the proportional term lands it within 0.2 %. The user
+gives a target, not a weight (TF-NAS, TuNAS: fixed weights land anywhere around one).
+
 Because ``m`` are tensors of the forward pass, ``P`` carries a gradient to the
 architecture parameters (NNI 3.0's own ``penalty=`` does not; see
 :mod:`nni_hwaware.nni_fixes`).
@@ -96,6 +107,14 @@ class HardwarePenalty(nn.Module):
         self.memory_ref = _reference(self.memory_budget, base_mem, config.normalise)
         #: The reference's predicted latency (ms) and memory (MB) under this memory model.
         self.baseline_costs = (baseline.latency_ms, base_mem)
+        #: Target mode: the targets in ms / MB (None: that cost has a fixed weight or a budget).
+        self.latency_target = config.budget("latency_target", baseline.latency_ms)
+        self.memory_target = config.budget("memory_target", base_mem)
+        #: The weights of the two terms; in target mode the dual ascent moves them (saved with
+        #: the module's state, so a resumed search goes on from them).
+        self.register_buffer("weights", torch.tensor([float(config.alpha), float(config.gamma)]))
+        #: The controller's integral terms (the weights without the proportional part).
+        self.register_buffer("integral", torch.tensor([float(config.alpha), float(config.gamma)]))
 
     def _one_hot(self, arch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         masks = {}
@@ -137,14 +156,38 @@ class HardwarePenalty(nn.Module):
             return weight * torch.where(excess > 0, excess.clamp_min(_TINY) ** power, torch.zeros_like(excess))
         return weight * ratio.clamp_min(_TINY) ** power
 
+    @property
+    def has_targets(self) -> bool:
+        return self.latency_target is not None or self.memory_target is not None
+
     def terms(self, masks: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(latency term, memory term, lat(a) in ms, mem(a) in MB)`` as scalar tensors (no host sync)."""
         c = self.config
         latency, memory = self.expected_costs(masks)
-        lat_term = self._term(latency, self.latency_ref, c.alpha, c.beta, self.latency_budget is not None)
-        mem_term = self._term(memory, self.memory_ref, c.gamma, c.delta, self.memory_budget is not None)
+        weights = self.weights.to(latency.device)
+        if self.latency_target is not None:
+            lat_term = weights[0] * latency / self.latency_target
+        else:
+            lat_term = self._term(latency, self.latency_ref, c.alpha, c.beta, self.latency_budget is not None)
+        if self.memory_target is not None:
+            mem_term = weights[1] * memory / self.memory_target
+        else:
+            mem_term = self._term(memory, self.memory_ref, c.gamma, c.delta, self.memory_budget is not None)
         return lat_term, mem_term, latency, memory
+
+    @torch.no_grad()
+    def dual_step(self, probabilities: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]) -> None:
+        """One controller step of the targeted weights from the costs expected under ``probabilities``
+        (the architecture distribution, no noise; no host sync). A no-op without targets."""
+        if self.has_targets:
+            latency, memory = self.expected_costs(probabilities)
+            c = self.config
+            for k, (value, target) in enumerate(((latency, self.latency_target), (memory, self.memory_target))):
+                if target is not None:
+                    gap = value.to(self.weights) / target - 1.0
+                    self.integral[k] = (self.integral[k] + c.dual_lr * gap).clamp_min(0.0)
+                    self.weights[k] = (self.integral[k] + c.dual_gain * gap).clamp_min(0.0)
 
     def forward(self, masks: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]
                 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -156,5 +199,8 @@ class HardwarePenalty(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
+        if self.has_targets:
+            return (f"latency_target={self.latency_target}, memory_target={self.memory_target}, "
+                    f"dual_lr={c.dual_lr}, dual_gain={c.dual_gain}, memory={c.memory}")
         return (f"alpha={c.alpha}, beta={c.beta}, gamma={c.gamma}, delta={c.delta}, "
                 f"latency_ref={self.latency_ref:.4g} ms, memory_ref={self.memory_ref:.4g} MB, memory={c.memory}")

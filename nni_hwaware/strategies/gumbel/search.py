@@ -207,6 +207,20 @@ def _alpha_name(alpha: float) -> str:
     return f"alpha_{alpha:g}".replace(".", "p")
 
 
+def _target_ratios(config: GumbelSearchConfig, baseline: Any) -> dict[str, float]:
+    """The penalty's targets as ratios to the baseline's predicted costs (``latency_ratio`` / ``memory_ratio``)."""
+    from nni_hwaware.strategies.job import budget_fraction
+
+    out = {}
+    for key, target, predicted in (("latency_ratio", config.penalty.latency_target, baseline.predicted_latency_ms),
+                                   ("memory_ratio", config.penalty.memory_target, baseline.predicted_memory_mb)):
+        if isinstance(target, str):
+            out[key] = budget_fraction(target, key)
+        elif target is not None and predicted:
+            out[key] = float(target) / float(predicted)
+    return out
+
+
 def _deliver(config: GumbelSearchConfig, space: Any, main: Any, baseline: Any, train: Any, out: Path,
              log: Callable[[str], None]) -> Any:
     """The retrained network's files (``<out>/network/``, or NNI's trial output directory)."""
@@ -277,6 +291,9 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
         timing = {"rounds": cost.rounds, "batch_size": cost.batch_size, "backend": cost.backend,
                   "threads": cost.threads, "seed": config.seed}
         baseline_main, main = compare_with_baseline(space, baseline, main, **timing)
+        targets = _target_ratios(config, baseline)
+        if targets:
+            main = dataclasses.replace(main, extra={**main.extra, "targets": targets})
         sweep = [compare_with_baseline(space, baseline, r, **timing)[1] for r in sweep]
         baseline = baseline_main
         for result in (main, *sweep):

@@ -47,7 +47,7 @@ from nni_hwaware.strategies.gumbel.module import HardwareGumbelModule
 from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
 from nni_hwaware.strategies.gumbel.supernet import GumbelMixedLayer, LabelMasks
 
-__all__ = ["HardwareGumbelDARTS"]
+__all__ = ["HardwareGumbelDARTS", "fitting_architecture"]
 
 
 class HardwareGumbelDARTS(GumbelDARTS):
@@ -169,8 +169,16 @@ class HardwareGumbelDARTS(GumbelDARTS):
         return self.oneshot_module  # type: ignore[return-value]
 
     def export_architecture(self) -> dict[str, Any]:
-        """The value with the largest probability of every label."""
-        return self.module.architecture()
+        """The most probable architecture whose predicted costs fit the penalty's targets and budgets
+        (:meth:`~nni_hwaware.strategies.budget.BudgetMask.most_probable`); without any, the most
+        probable value of every label. No architecture fitting them is one clear error."""
+        penalty = self.module.hardware_penalty
+        limits = {"latency_ms": penalty.latency_target or penalty.latency_budget,
+                  "memory_mb": penalty.memory_target or penalty.memory_budget}
+        limits = {k: v for k, v in limits.items() if v is not None}
+        if not limits:
+            return self.module.architecture()
+        return fitting_architecture(penalty.model, self.probabilities(), limits)
 
     def probabilities(self) -> dict[str, dict[Any, float]]:
         """``softmax(alpha)`` of every label: value -> probability."""
@@ -182,3 +190,22 @@ class HardwareGumbelDARTS(GumbelDARTS):
     def history(self) -> list[dict[str, Any]]:
         """One record per search epoch (stage, loss, expected costs, validation accuracy)."""
         return self.module.history
+
+
+def fitting_architecture(model: Any, probabilities: Mapping[str, Mapping[Any, float]],
+                         limits: Mapping[str, float]) -> dict[str, Any]:
+    """The most probable architecture under ``probabilities`` (label -> value -> probability)
+    whose predicted costs on ``model`` are within ``limits`` (``latency_ms`` / ``memory_mb``)."""
+    import math
+
+    from nni_hwaware.strategies.budget import Budget, BudgetMask
+
+    mask = BudgetMask(model, Budget(**limits))  # nothing fits at all: one line naming the cheapest
+    labels, candidates = list(mask.model.labels), [list(c) for c in mask.model.candidates]
+    logp = [[math.log(max(float(probabilities[label].get(v, 0.0)), 1e-300)) for v in values]
+            for label, values in zip(labels, candidates, strict=True)]
+    found = mask.most_probable(logp)
+    if found is None:
+        text = ", ".join(f"{k} {v:.4g}" for k, v in limits.items())
+        raise HwAwareError(f"no architecture of the space fits {text} as the table predicts; raise the target")
+    return {label: candidates[i][j] for i, (label, j) in enumerate(zip(labels, found, strict=True))}

@@ -1,0 +1,172 @@
+"""Targets instead of weights: the penalty's weights set by a PI-controlled dual ascent, and an
+export that fits the targets (the most probable architecture within them, checked by enumeration)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from handmade import tiny_config, tiny_table
+
+from nni_hwaware.cost_table import CostModel
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.strategies.budget import Budget, BudgetMask
+from nni_hwaware.strategies.gumbel import HardwarePenalty, PenaltyConfig
+from nni_hwaware.strategies.gumbel.strategy import fitting_architecture
+
+ACCURACY = torch.tensor([0.0, 0.6, 1.0])  # skip, basic, bottleneck: the dearer, the more accurate
+
+
+def _model() -> CostModel:
+    return CostModel(tiny_table(), tiny_config())
+
+
+def _descend(penalty: HardwarePenalty, seed: int, steps: int = 1500) -> list[float]:
+    """The search's architecture step on a toy loss that prefers dear blocks: sampled straight-through
+    Gumbel masks, Adam on the logits, the controller after every step. Returns E[latency]/T per step."""
+    torch.manual_seed(seed)
+    logits = [torch.nn.Parameter(1e-3 * torch.randn(3)) for _ in range(2)]
+    optimiser = torch.optim.Adam(logits, lr=0.05)
+    ratios = []
+    for _ in range(steps):
+        masks = [torch.nn.functional.gumbel_softmax(a, tau=1.0, hard=True) for a in logits]
+        task = -sum((m * ACCURACY).sum() for m in masks)
+        lat_term, mem_term, _, _ = penalty.terms(masks)
+        optimiser.zero_grad()
+        (task + lat_term + mem_term).backward()
+        optimiser.step()
+        probabilities = [a.detach().softmax(-1) for a in logits]
+        penalty.dual_step(probabilities)
+        ratios.append(float(penalty.expected_costs(probabilities)[0]) / penalty.latency_target)
+    return ratios
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["45%", "60%", "80%"])
+def test_the_expected_latency_lands_on_its_target_in_every_seed(target: str) -> None:
+    landed = []
+    for seed in range(3):
+        penalty = HardwarePenalty(_model(), PenaltyConfig(latency_target=target, gamma=0.0))
+        landed.append(statistics.fmean(_descend(penalty, seed)[-200:]))
+    assert all(abs(r - 1) < 0.02 for r in landed), landed
+
+
+def test_a_target_the_loss_already_meets_lets_its_weight_fall_to_zero() -> None:
+    """An inequality: a distribution below its target is left to the loss (here one that likes cheap blocks)."""
+    global ACCURACY
+    saved, ACCURACY = ACCURACY, torch.tensor([1.0, 0.0, 0.2])
+    try:
+        penalty = HardwarePenalty(_model(), PenaltyConfig(latency_target="90%", gamma=0.0))
+        ratios = _descend(penalty, 0, steps=600)
+    finally:
+        ACCURACY = saved
+    assert ratios[-1] < 0.9 and float(penalty.weights[0]) == 0.0
+
+
+def test_the_weights_and_the_controller_state_go_with_the_module_state() -> None:
+    penalty = HardwarePenalty(_model(), PenaltyConfig(latency_target="45%", memory_target="60%"))
+    penalty.dual_step([torch.tensor([0.0, 0.0, 1.0])] * 2)  # the dearest network: both weights rise
+    state = penalty.state_dict()
+    assert set(state) == {"weights", "integral"} and (state["weights"] > torch.tensor([1.0, 0.5])).all()
+    fresh = HardwarePenalty(_model(), PenaltyConfig(latency_target="45%", memory_target="60%"))
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.weights, penalty.weights) and torch.equal(fresh.integral, penalty.integral)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"latency_target": "45%", "latency_budget_ms": 2.0}, "two forms of one limit"),
+    ({"memory_target": 0.0}, "memory_target must be > 0"),
+    ({"dual_gain": -1.0}, "dual_gain must be >= 0"),
+    ({"latency_target": "45"}, "latency_target"),
+])
+def test_bad_targets_are_one_line(change: dict, message: str) -> None:
+    with pytest.raises(HwAwareError, match=message):
+        PenaltyConfig(**change)
+
+
+def _brute_force(mask: BudgetMask, logp: list[np.ndarray]) -> tuple[int, ...] | None:
+    best, found = -math.inf, None
+    for arch in itertools.product(*[range(len(lp)) for lp in logp]):
+        score = sum(lp[j] for lp, j in zip(logp, arch, strict=True))
+        if score > best and mask.within(arch):
+            best, found = score, tuple(arch)
+    return found
+
+
+def test_the_most_probable_fitting_architecture_is_the_one_enumeration_finds() -> None:
+    from nni_hwaware.cost_model import as_space_model
+    from nni_hwaware.spaces import get_space_config
+
+    config = get_space_config("digits_tiny")
+    from nni_hwaware.cost_model import load_space_model
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    model = load_space_model(resolve_space(config), Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+                             / "digits_tiny_table.csv")
+    model = as_space_model(model)[0]
+    costs = [model.predict_indices(a).metrics()
+             for a in itertools.product(*[range(len(c)) for c in model.candidates])]
+    rng = np.random.default_rng(0)
+    checked = 0
+    for trial in range(30):
+        quantile = rng.uniform(0.05, 0.9)
+        limits = {"latency_ms": float(np.quantile([c["latency_ms"] for c in costs], quantile))}
+        if trial % 2:
+            limits["memory_mb"] = float(np.quantile([c["memory_mb"] for c in costs], rng.uniform(0.2, 0.9)))
+        try:
+            mask = BudgetMask(model, Budget(**limits))
+        except HwAwareError:
+            continue
+        logp = [np.log(rng.dirichlet(np.full(len(c), 0.5)) + 1e-12) for c in model.candidates]
+        assert mask.most_probable(logp) == _brute_force(mask, logp), (trial, limits)
+        checked += 1
+    assert checked >= 20
+
+
+def test_the_export_that_fits_is_not_the_argmax_when_the_argmax_is_over_the_target() -> None:
+    model = _model()  # fixed 0.75 ms; layer1: skip 0.1, basic 2.0, bottleneck 1.0; layer2: 0.2, 4.0, 1.0
+    probabilities = {"layer1_0": {"skip": 0.1, "basic": 0.6, "bottleneck": 0.3},
+                     "layer2_0": {"skip": 0.2, "basic": 0.7, "bottleneck": 0.1}}
+    assert fitting_architecture(model, probabilities, {"latency_ms": 100.0}) == {"layer1_0": "basic",
+                                                                                 "layer2_0": "basic"}
+    # 2.95 ms: basic+skip (2.95, p 0.12) and bottleneck+bottleneck (2.75, p 0.03) fit; bottleneck+basic does not
+    assert fitting_architecture(model, probabilities, {"latency_ms": 2.95}) == {"layer1_0": "basic",
+                                                                                "layer2_0": "skip"}
+    with pytest.raises(HwAwareError, match="no architecture of space 'tiny' fits"):
+        fitting_architecture(model, probabilities, {"latency_ms": 0.5})
+
+
+def test_a_search_with_a_target_exports_a_network_within_it(tmp_path: Path) -> None:
+    """The search on digits with the hand-made two-layer table: the weights move, the export fits."""
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, search
+
+    config = GumbelSearchConfig.from_dict({
+        "out": str(tmp_path), "seed": 0, "penalty": {"latency_target": 2.0, "gamma": 0.0},
+        "temperature": {"init": 1.0, "min": 1.0, "hard": True},
+        "stages": {"order": ["all"], "max_epochs": 2, "min_epochs": 2},
+        "search": {"batch_size": 64, "lr": 0.05, "arc_lr": 0.1, "threads": 1, "checkpoint": False,
+                   "accelerator": "cpu"},
+    })
+    model = _model()
+    outcome = search(config, tiny_config(), model, tmp_path / "run", report=lambda record: None)
+    assert model.predict(outcome.arch).latency_ms <= 2.0
+    assert all("latency_weight" in record for record in outcome.history)
+
+
+def test_the_report_says_how_far_the_measured_ratios_are_from_the_targets() -> None:
+    from nni_hwaware.report.table import measured_markdown
+    from nni_hwaware.training import ModelResult
+
+    comparison = {"latency_ratio": 0.5, "latency_ratio_ci95": [0.48, 0.52], "spread": 0.02, "rounds": 30,
+                  "memory_ratio": 0.5, "warnings": []}
+    result = ModelResult(name="searched", space="digits", arch={}, test_top1=0.9, test_top3=1.0, val_top1=0.9,
+                         val_top3=1.0, latency_ms=1.0, memory_mb=1.0, params=1, flops=1,
+                         extra={"vs_baseline": comparison, "targets": {"latency_ratio": 0.45, "memory_ratio": 0.51}})
+    text = measured_markdown(result)
+    assert "- latency target: 0.450 of the baseline; measured 0.500 (+11.1 % of the target)" in text
+    assert "- memory target: 0.510 of the baseline; measured 0.500 (-2.0 % of the target)" in text

@@ -85,6 +85,22 @@ def _add_space(parser: argparse.ArgumentParser, required: bool = True) -> None:
                         help="keyword arguments of the space as JSON, e.g. '{\"width_mult\": 0.25}'")
 
 
+def _arch_space(args: argparse.Namespace, arch_file: Any) -> Any:
+    """The space of ``--space``, or the one an architecture file names (``space`` / ``space_args``)."""
+    import json
+
+    from nni_hwaware.files import read_json
+
+    if args.space is None:
+        data = read_json(arch_file, "architecture file")
+        args.space = data.get("space") if isinstance(data, dict) else None
+        if not args.space:
+            raise HwAwareError(f"{arch_file} names no space; pass --space")
+        if args.space_args == "{}" and isinstance(data.get("space_args"), dict):
+            args.space_args = json.dumps(data["space_args"])
+    return _named(args)
+
+
 def _named(args: argparse.Namespace) -> Any:
     """The space ``--space`` / ``--space-args`` name."""
     import json
@@ -439,19 +455,11 @@ def _add_retrain(parser: argparse.ArgumentParser) -> None:
 def _cmd_retrain(args: argparse.Namespace) -> int:
     import json
 
-    from nni_hwaware.files import read_json
     from nni_hwaware.report import evaluate_architecture
     from nni_hwaware.spaces.io import load_architecture
     from nni_hwaware.training import TrainConfig
 
-    if args.space is None:
-        data = read_json(args.arch, "architecture file")
-        args.space = data.get("space") if isinstance(data, dict) else None
-        if not args.space:
-            raise HwAwareError(f"{args.arch} names no space; pass --space")
-        if args.space_args == "{}" and isinstance(data.get("space_args"), dict):
-            args.space_args = json.dumps(data["space_args"])
-    named = _named(args)
+    named = _arch_space(args, args.arch)
     arch = load_architecture(args.arch, named)
     train = TrainConfig.from_json(args.train, epochs=args.epochs, seed=args.seed, data_dir=args.data_dir)
     model = _model(args, args.table)[1] if args.table else None
@@ -534,14 +542,7 @@ def _export_source(args: argparse.Namespace) -> tuple[Any, Any, str]:
         return named, net, f"trained network {checkpoint.arch} of {checkpoint.space} from {weights}"
     if arch_file is None:
         raise HwAwareError("give an experiment id or directory, an architecture JSON, or --weights network.pt")
-    if args.space is None:
-        data = read_json(arch_file, "architecture file")
-        args.space = data.get("space") if isinstance(data, dict) else None
-        if not args.space:
-            raise HwAwareError(f"{arch_file} names no space; pass --space")
-        if args.space_args == "{}" and isinstance(data.get("space_args"), dict):
-            args.space_args = json.dumps(data["space_args"])
-    named = _named(args)
+    named = _arch_space(args, arch_file)
     arch = load_architecture(arch_file, named)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(args.seed)

@@ -6,8 +6,13 @@ is a ``ValueError`` whose message says what is wrong and what to do.
 
 from __future__ import annotations
 
-__all__ = ["HwAwareError"]
+__all__ = ["HwAwareError", "one_line"]
 
 
 class HwAwareError(ValueError):
     """Bad input: a table, space, architecture or option the user must change."""
+
+
+def one_line(err: BaseException, limit: int = 200) -> str:
+    """``Type: message`` of an exception from a library, on one line (whitespace folded, cut at ``limit``)."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:limit]}"

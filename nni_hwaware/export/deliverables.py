@@ -27,7 +27,7 @@ from typing import Any
 
 from torch import nn
 
-from nni_hwaware.errors import HwAwareError
+from nni_hwaware.errors import HwAwareError, one_line
 from nni_hwaware.export.checkpoint import save_checkpoint
 from nni_hwaware.export.formats import FORMATS, export_network, file_name, load_exported
 from nni_hwaware.files import write_json
@@ -54,10 +54,6 @@ def output_dir(default: str | os.PathLike[str] | None = None) -> Path | None:
     if found:
         return Path(found)
     return Path(default) if default is not None else None
-
-
-def _one_line(err: BaseException) -> str:
-    return f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
 
 
 def exported_accuracy(run: Any, dataset: str, input_shape: Sequence[int], *, seed: int = 0,
@@ -132,7 +128,7 @@ def write_deliverables(out: str | os.PathLike[str], named: Any, net: nn.Module, 
             entry["test_top1"] = exported_accuracy(load_exported(out / file_name(fmt), fmt), named.dataset, shape,
                                                    seed=int((train or {}).get("seed", 0)), data_dir=data_dir)
         except Exception as err:  # one format failing leaves the others and the checkpoint
-            summary["notes"].append(f"no {fmt} export: {err if isinstance(err, HwAwareError) else _one_line(err)}")
+            summary["notes"].append(f"no {fmt} export: {err if isinstance(err, HwAwareError) else one_line(err)}")
             continue
         if torch_top1 is not None:
             entry["test_top1_vs_torch"] = entry["test_top1"] - float(torch_top1)
@@ -185,7 +181,7 @@ def deliver(named: Any, found: Any, baseline: Any = None, *, space: Any, space_a
                                      space_args=space_args, train=options, metrics=metrics, baseline=base,
                                      threads=threads, seed=int(options.get("seed", 0)))
     except (HwAwareError, OSError, RuntimeError) as err:
-        message = f"the trained network was not saved in {where}: {_one_line(err)}"
+        message = f"the trained network was not saved in {where}: {one_line(err)}"
         _logger.warning("%s", message)
         return dataclasses.replace(found, extra={**found.extra, "deliverables_error": message})
     return dataclasses.replace(found, extra={**found.extra, "deliverables": summary})

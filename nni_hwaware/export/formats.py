@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from nni_hwaware.errors import HwAwareError
+from nni_hwaware.errors import HwAwareError, one_line
 
 __all__ = ["ATOL", "FORMATS", "RTOL", "ExportCheck", "export_network", "file_name", "load_exported"]
 
@@ -113,9 +113,8 @@ def export_network(net: nn.Module, input_shape: tuple[int, ...], path: str | os.
         try:
             got = load_exported(written, fmt)(batch)
         except Exception as err:  # the runtime's own errors (ONNX Runtime, TorchScript): one line
-            text = " ".join(str(err).split())[:200]
             raise HwAwareError(f"the {fmt} export of {type(net).__name__} does not run on a batch of {len(batch)} "
-                               f"({type(err).__name__}: {text})") from None
+                               f"({one_line(err)})") from None
         if got.shape != expected.shape:
             raise HwAwareError(f"the {fmt} export gives outputs of shape {tuple(got.shape)}, PyTorch "
                                f"{tuple(expected.shape)}")
@@ -144,7 +143,6 @@ def _export_torchscript(net: nn.Module, example: torch.Tensor, path: Path) -> st
             traced = torch.jit.trace(net, example, check_trace=False)
             torch.jit.save(traced, str(path))
     except Exception as err:
-        text = " ".join(str(err).split())[:200]
-        raise HwAwareError(f"could not trace {type(net).__name__} to TorchScript ({type(err).__name__}: {text}); "
+        raise HwAwareError(f"could not trace {type(net).__name__} to TorchScript ({one_line(err)}); "
                            "export it to ONNX instead (--format onnx)") from None
     return "trace"

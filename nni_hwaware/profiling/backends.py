@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 import torch
 from torch import nn
 
-from nni_hwaware.errors import HwAwareError
+from nni_hwaware.errors import HwAwareError, one_line
 from nni_hwaware.profiling._checks import ONNX_INSTALL_HINT, check_module, parse_device
 
 __all__ = [
@@ -233,14 +233,9 @@ def export_onnx(
         except Exception as exc:
             raise HwAwareError(
                 f"could not export {type(module).__name__} to ONNX (legacy exporter: "
-                f"{_one_line(legacy_error)}; dynamo exporter: {_one_line(exc)}); use backend='torch'"
+                f"{one_line(legacy_error)}; dynamo exporter: {one_line(exc)}); use backend='torch'"
             ) from exc
         return "dynamo"
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:200]}"
 
 
 class _OrtRunner:

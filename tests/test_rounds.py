@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.profiling.rounds import median_interval, time_in_rounds
+from nni_hwaware.profiling.load import load_phases
+from nni_hwaware.profiling.rounds import median_interval, quantile_interval, time_in_rounds
 from nni_hwaware.profiling.timing import measure_latency
 
 #: True per-call costs (ms) of the toy items: their ratios are what a table must get right.
@@ -54,12 +55,56 @@ def test_interleaved_rounds_recover_the_true_ratios_and_the_sequential_rule_does
     timing = time_in_rounds([clock.runner(c) for c in COSTS], min_sample_ms=5.0, max_rounds=3000,
                             max_seconds=600.0, target=0.02, seed=seed, clock=clock)
     assert not timing.missed, [timing[i].half_width for i in timing.missed]
-    assert _worst_ratio_error([item.median_ms for item in timing.items]) <= 0.02
+    assert _worst_ratio_error([item.ms for item in timing.items]) <= 0.02
 
     clock = PhasedClock(seed)  # the same machine, the per-item "until CV <= 5 %" rule
     sequential = [measure_latency(clock.runner(c), min_sample_ms=5.0, target_cv=0.05, clock=clock).median_ms
                   for c in COSTS]
     assert _worst_ratio_error(sequential) > 0.05
+
+
+class PreemptingClock:
+    """A deterministic fake clock of a core shared with the load harness's two workers.
+
+    The workers follow the harness's own seeded schedules (:func:`load_phases`); while
+    either is busy, each call is preempted with probability 1/2 and waits out a 3 ms time
+    slice of the other process. The delay is one-sided and does not scale with the call,
+    so more than half of the samples of every item are late.
+    """
+
+    def __init__(self, seed: int = 0, slice_ms: float = 3.0) -> None:
+        self.workers = []
+        for worker in range(2):
+            phases = load_phases(seed + worker, 3000.0)
+            self.workers.append((np.cumsum([length for _, length in phases]), np.array([b for b, _ in phases])))
+        self.rng = np.random.default_rng(seed)
+        self.slice = slice_ms / 1000.0
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def busy(self) -> bool:
+        return any(busy[min(np.searchsorted(ends, self.now), len(ends) - 1)] for ends, busy in self.workers)
+
+    def runner(self, cost_ms: float):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            self.now += cost_ms / 1000.0
+            if self.busy() and self.rng.uniform() < 0.5:
+                self.now += self.slice
+
+        return run
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_lower_quartile_holds_under_preemption_and_the_median_does_not(seed: int) -> None:
+    clock = PreemptingClock(seed)
+    timing = time_in_rounds([clock.runner(c) for c in COSTS], min_sample_ms=5.0, min_rounds=300,
+                            max_rounds=3000, max_seconds=600.0, seed=seed, clock=clock)
+    assert _worst_ratio_error([item.ms for item in timing.items]) <= 0.02
+    assert all(timing.ratio(k, 0)["ci95"][0] <= COSTS[k] / COSTS[0] <= timing.ratio(k, 0)["ci95"][1]
+               for k in range(len(COSTS)))
+    assert _worst_ratio_error([item.median_ms for item in timing.items]) > 0.10
 
 
 def test_every_round_times_every_item_once_in_a_seeded_shuffled_order() -> None:
@@ -97,7 +142,7 @@ def test_steady_items_stop_at_min_rounds_and_a_time_budget_reports_misses() -> N
 
     timing = time_in_rounds([steady(1.0), steady(3.0)], min_rounds=10, clock=lambda: now[0])
     assert timing.rounds == 10 and not timing.missed and timing.share_met == 1.0
-    assert timing[1].median_ms == pytest.approx(3.0) and timing.ratio(1, 0)["ratio"] == pytest.approx(3.0)
+    assert timing[1].ms == pytest.approx(3.0) and timing.ratio(1, 0)["ratio"] == pytest.approx(3.0)
 
     calls = [0]
 
@@ -114,6 +159,11 @@ def test_probe_drift_and_median_interval() -> None:
     median, low, high = median_interval(range(1, 101))
     assert median == 50.5 and low < median < high and (low, high) == (41, 60)
     assert median_interval([1.0, 2.0])[1] == -math.inf  # too few samples for a 95 % interval
+    quartile, low, high = quantile_interval(range(1, 101), 0.25)
+    assert quartile == pytest.approx(25.75) and (low, high) == (17, 34)  # ranks 25 -+ 1.96 * sqrt(18.75)
+    assert quantile_interval(range(1, 101), 0.25, confidence=0.99)[1] < low
+    with pytest.raises(HwAwareError, match="quantile must be between 0 and 1"):
+        quantile_interval([1.0] * 10, 1.5)
     clock = PhasedClock(0)
     timing = time_in_rounds([clock.runner(1.0), clock.runner(2.0)], probe=0, min_rounds=400, max_rounds=400,
                             clock=clock)
@@ -123,7 +173,8 @@ def test_probe_drift_and_median_interval() -> None:
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"min_rounds": 1}, "min_rounds must be"), ({"target": -0.1}, "target must be"),
-    ({"max_seconds": 0}, "max_seconds must be"), ({"probe": 3}, "probe must index")])
+    ({"max_seconds": 0}, "max_seconds must be"), ({"probe": 3}, "probe must index"),
+    ({"quantile": 0}, "quantile must be")])
 def test_bad_options_are_one_line_errors(options: dict, message: str) -> None:
     with pytest.raises(HwAwareError, match=message):
         time_in_rounds([lambda: None], **options)

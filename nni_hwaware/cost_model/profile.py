@@ -5,8 +5,8 @@
 the peak of live activations (the leaf's input included), and latency with the one
 measuring engine (:func:`nni_hwaware.profiling.measure_modules`: every leaf timed once
 per round, in a shuffled order, fixed thread count, ``torch.inference_mode``, until
-every median is known within 2 % or the time budget ends; the first leaf is the probe
-whose per-round times record the machine's drift). Each row keeps its median's 95 %
+every leaf's figure (the lower quartile over rounds) is known within 2 % or the time budget ends; the first leaf is the probe
+whose per-round times record the machine's drift). Each row keeps its figure's 95 %
 interval (``latency_low_ms`` / ``latency_high_ms``), whether it met the target
 (``met_target``) and the probe's drift (``probe_drift``, p90 / p10 over rounds). Entries
 a given table already holds are not measured again; a few of them are re-timed in the
@@ -58,7 +58,7 @@ from nni_hwaware.profiling import (
 __all__ = ["TIMING", "measure_samples", "profile_model_space", "random_samples", "space_cost_model"]
 
 #: Timing options of tables and of the networks they are checked against: 2 ms samples,
-#: rounds until every median is known within 2 % (or 0.25 s per item, 2 s to 2 minutes, pass).
+#: rounds until every figure is known within 2 % (or 0.25 s per item, 2 s to 2 minutes, pass).
 TIMING: dict[str, float] = {"min_sample_ms": 2.0}
 #: A leaf row's timing columns (a network row has its own).
 _LEAF_TIMING = ("latency_low_ms", "latency_high_ms", "met_target", "timing_rounds", "probe_drift", "merge_scale")
@@ -94,7 +94,7 @@ def measure_samples(space: nn.Module, samples: list[dict[str, Any]], input_shape
                     reference: Mapping[str, Any] | None = None, **timing: float) -> pd.DataFrame:
     """Measure whole networks of ``space`` end to end, timed in shared rounds.
 
-    Columns: latency_ms (median over rounds), latency_low_ms / latency_high_ms (its 95 %
+    Columns: latency_ms (lower quartile over rounds), latency_low_ms / latency_high_ms (its 95 %
     interval), latency_cv, memory_mb, flops, params; with a ``reference`` architecture
     (timed in every round, the probe) also ``latency_vs_reference``, each network's
     per-round ratio to it (geometric mean), which cancels the machine's drift between
@@ -114,7 +114,7 @@ def measure_samples(space: nn.Module, samples: list[dict[str, Any]], input_shape
                                     **timing)
     records = []
     for i, cost in enumerate(costs[: len(samples)]):
-        record = {"latency_ms": cost.latency.median_ms, "latency_low_ms": cost.latency.low_ms,
+        record = {"latency_ms": cost.latency.ms, "latency_low_ms": cost.latency.low_ms,
                   "latency_high_ms": cost.latency.high_ms, "latency_cv": cost.latency.cv,
                   "memory_mb": cost.memory_mb + input_mb, "flops": cost.flops, "params": cost.params}
         if probe is not None:
@@ -213,7 +213,7 @@ def _merge_scale(table: CostTable | None, entries: list[Any], costs: list[Any], 
     stored: dict[tuple[str, str], float] = {}
     for block, shape, ms in zip(frame.block, frame.input_shape, frame.latency_ms, strict=True):
         stored.setdefault((block, shape), float(ms))
-    ratios = [cost.latency.median_ms / stored[(e.block, e.shape_str)] for e, cost in zip(entries, costs, strict=True)]
+    ratios = [cost.latency.ms / stored[(e.block, e.shape_str)] for e, cost in zip(entries, costs, strict=True)]
     return float(np.median(ratios))
 
 
@@ -223,7 +223,7 @@ def _leaf_row(entry: Any, cost: Any, scale: float, *, chip: str, backend: str, b
     input_mb = 4 * batch_size * sum(math.prod(s) for s in entry.input_shapes) / BYTES_PER_MB
     activation_mb = cost.activation_mb + input_mb
     latency = cost.latency
-    median = latency.median_ms / scale
+    median = latency.ms / scale
     return {
         "block": entry.block, "kind": "leaf", "input_shape": entry.shape_str,
         "out_channels": max(1, entry.output_shape[0] if entry.output_shape else 1), "stride": 1,

@@ -5,7 +5,7 @@ The building blocks of the per-chip cost tables:
 * :func:`measure_modules` / :func:`measure_module` -- everything at once, as
   :class:`ModuleCost` objects, the latencies timed by the one measuring engine;
 * :func:`time_in_rounds` -- that engine: every item timed once per round in a
-  shuffled order, medians over rounds with 95 % intervals, a probe's drift;
+  shuffled order, lower quartiles over rounds with 95 % intervals, a probe's drift;
 * :func:`measure_latency` -- one callable timed on its own until its CV is small
   (the sequential rule: kept for a single callable, which no table uses);
 * :func:`count_flops` (2 x MACs), :func:`count_params`,
@@ -37,7 +37,13 @@ from nni_hwaware.profiling.flops import count_flops, count_params
 from nni_hwaware.profiling.interleaved import interleaved_latency
 from nni_hwaware.profiling.measure import BYTES_PER_MB, ModuleCost, measure_module, measure_modules
 from nni_hwaware.profiling.memory import param_bytes, peak_activation_bytes
-from nni_hwaware.profiling.rounds import ItemTiming, RoundsTiming, median_interval, time_in_rounds
+from nni_hwaware.profiling.rounds import (
+    ItemTiming,
+    RoundsTiming,
+    median_interval,
+    quantile_interval,
+    time_in_rounds,
+)
 from nni_hwaware.profiling.timing import LatencyStats, measure_latency, split_outliers
 
 __all__ = [
@@ -68,6 +74,7 @@ __all__ = [
     "median_interval",
     "param_bytes",
     "peak_activation_bytes",
+    "quantile_interval",
     "register_backend",
     "split_outliers",
     "time_in_rounds",

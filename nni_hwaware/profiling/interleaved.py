@@ -29,8 +29,8 @@ def interleaved_latency(a: nn.Module, b: nn.Module, input_shape: tuple[int, ...]
                         max_seconds: float = 5.0, target: float = 0.02) -> dict[str, Any]:
     """Latency of ``a`` and ``b`` timed in shared rounds; ``ratio`` is ``b / a``.
 
-    At least ``rounds`` rounds, more until both medians are known within ``target`` or
-    ``max_seconds`` pass. Returns ``{a_ms, b_ms (medians over rounds), a_ci95, b_ci95,
+    At least ``rounds`` rounds, more until both figures are known within ``target`` or
+    ``max_seconds`` pass. Returns ``{a_ms, b_ms (lower quartiles over rounds), a_ci95, b_ci95,
     ratio, ci95: [low, high], rounds, spread}``, ``spread`` being the ratio's interval as a
     share of the ratio (its larger half): how precisely the machine let the two be compared.
     """
@@ -45,7 +45,7 @@ def interleaved_latency(a: nn.Module, b: nn.Module, input_shape: tuple[int, ...]
                                 max_rounds=max(rounds, 1000), target=target, max_seconds=max_seconds, seed=seed)
     ratio = timing.ratio(1, 0)
     low, high = ratio["ci95"]
-    return {"a_ms": timing[0].median_ms, "b_ms": timing[1].median_ms,
+    return {"a_ms": timing[0].ms, "b_ms": timing[1].ms,
             "a_ci95": [timing[0].low_ms, timing[0].high_ms], "b_ci95": [timing[1].low_ms, timing[1].high_ms],
             "ratio": ratio["ratio"], "ci95": ratio["ci95"], "rounds": timing.rounds,
             "spread": max(high / ratio["ratio"] - 1, 1 - low / ratio["ratio"])}

@@ -110,7 +110,7 @@ def measure_architecture(config: Any, arch: Mapping[str, str], *, batch_size: in
     costs = [measure_module(net, shape, batch_size=batch_size, backend=backend, device=device, threads=threads,
                             seed=seed, **TIMING) for _ in range(max(1, repeats))]
     first = costs[0]
-    return {"latency_ms": statistics.median(c.latency.median_ms for c in costs),
+    return {"latency_ms": statistics.median(c.latency.ms for c in costs),
             "memory_mb": first.memory_mb, "param_mb": first.param_mb, "activation_mb": first.activation_mb,
             "flops": first.flops, "params": first.params}
 

@@ -97,13 +97,14 @@ class PreemptingClock:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_the_lower_quartile_holds_under_preemption_and_the_median_does_not(seed: int) -> None:
+def test_a_low_quantile_holds_under_preemption_and_the_median_does_not(seed: int) -> None:
     clock = PreemptingClock(seed)
     timing = time_in_rounds([clock.runner(c) for c in COSTS], min_sample_ms=5.0, min_rounds=300,
                             max_rounds=3000, max_seconds=600.0, seed=seed, clock=clock)
     assert _worst_ratio_error([item.ms for item in timing.items]) <= 0.02
-    assert all(timing.ratio(k, 0)["ci95"][0] <= COSTS[k] / COSTS[0] <= timing.ratio(k, 0)["ci95"][1]
-               for k in range(len(COSTS)))
+    for k, cost in enumerate(COSTS):
+        low, high = timing.ratio(k, 0)["ci95"]
+        assert low * (1 - 1e-9) <= cost / COSTS[0] <= high * (1 + 1e-9)
     assert _worst_ratio_error([item.median_ms for item in timing.items]) > 0.10
 
 

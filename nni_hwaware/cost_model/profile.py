@@ -5,7 +5,7 @@
 the peak of live activations (the leaf's input included), and latency with the one
 measuring engine (:func:`nni_hwaware.profiling.measure_modules`: every leaf timed once
 per round, in a shuffled order, fixed thread count, ``torch.inference_mode``, until
-every leaf's figure (the lower quartile over rounds) is known within 2 % or the time budget ends; the first leaf is the probe
+every leaf's figure (the 10th percentile over rounds) is known within 2 % or the time budget ends; the first leaf is the probe
 whose per-round times record the machine's drift). Each row keeps its figure's 95 %
 interval (``latency_low_ms`` / ``latency_high_ms``), whether it met the target
 (``met_target``) and the probe's drift (``probe_drift``, p90 / p10 over rounds). Entries
@@ -94,7 +94,7 @@ def measure_samples(space: nn.Module, samples: list[dict[str, Any]], input_shape
                     reference: Mapping[str, Any] | None = None, **timing: float) -> pd.DataFrame:
     """Measure whole networks of ``space`` end to end, timed in shared rounds.
 
-    Columns: latency_ms (lower quartile over rounds), latency_low_ms / latency_high_ms (its 95 %
+    Columns: latency_ms (10th percentile over rounds), latency_low_ms / latency_high_ms (its 95 %
     interval), latency_cv, memory_mb, flops, params; with a ``reference`` architecture
     (timed in every round, the probe) also ``latency_vs_reference``, each network's
     per-round ratio to it (geometric mean), which cancels the machine's drift between

@@ -5,7 +5,7 @@ The building blocks of the per-chip cost tables:
 * :func:`measure_modules` / :func:`measure_module` -- everything at once, as
   :class:`ModuleCost` objects, the latencies timed by the one measuring engine;
 * :func:`time_in_rounds` -- that engine: every item timed once per round in a
-  shuffled order, lower quartiles over rounds with 95 % intervals, a probe's drift;
+  shuffled order, 10th percentiles over rounds with 95 % intervals, a probe's drift;
 * :func:`measure_latency` -- one callable timed on its own until its CV is small
   (the sequential rule: kept for a single callable, which no table uses);
 * :func:`count_flops` (2 x MACs), :func:`count_params`,

@@ -30,7 +30,7 @@ def interleaved_latency(a: nn.Module, b: nn.Module, input_shape: tuple[int, ...]
     """Latency of ``a`` and ``b`` timed in shared rounds; ``ratio`` is ``b / a``.
 
     At least ``rounds`` rounds, more until both figures are known within ``target`` or
-    ``max_seconds`` pass. Returns ``{a_ms, b_ms (lower quartiles over rounds), a_ci95, b_ci95,
+    ``max_seconds`` pass. Returns ``{a_ms, b_ms (10th percentiles over rounds), a_ci95, b_ci95,
     ratio, ci95: [low, high], rounds, spread}``, ``spread`` being the ratio's interval as a
     share of the ratio (its larger half): how precisely the machine let the two be compared.
     """

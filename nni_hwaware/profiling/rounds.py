@@ -23,16 +23,19 @@ The procedure:
    ``max_rounds``. Items that miss the target are
    reported (:attr:`RoundsTiming.missed`), never hidden.
 
-Each item's figure is its **lower quartile over rounds** (``quantile``, 0.25 by default),
+Each item's figure is its **10th percentile over rounds** (``quantile``, 0.1 by default),
 with the distribution-free 95 % interval of that quantile from order statistics (the
 ranks :math:`nq \\pm 1.96\\sqrt{nq(1-q)}`; Conover, *Practical Nonparametric Statistics*,
 3.2). Not the median: another process on the same core delays a sample, it never speeds
-one up, so the noise of a busy machine is one-sided and heavy-tailed (under the load
-harness a 2 ms network's median moved by 8 % and its 90th percentile tripled, while its
-lower quartile stayed within 1 % of the quiet machine's). A low quantile is the
-intrinsic cost that the undisturbed samples share (Chen and Revels, *Robust benchmarking
-in noisy environments*, 2016, argue for the minimum; the minimum itself follows single
-outliers, the lower quartile of many rounds does not).
+one up, so the noise of a busy machine is one-sided and heavy-tailed. A low quantile is
+the intrinsic cost that the undisturbed samples share (Chen and Revels, *Robust
+benchmarking in noisy environments*, 2016, argue for the minimum, which follows single
+outliers; a low quantile of many rounds does not). Timing 30 digits networks twice
+under the load harness with a test suite beside it, the two passes ranked the networks
+alike at Spearman 0.73 by their medians, 0.98 by their lower quartiles and 0.98 by
+their 10th percentiles over 80 rounds; over 25 rounds 0.46, 0.84 and 0.95. On the quiet
+machine all three agreed (0.98-0.995), and the 10th percentile under load was within
+1 % of the quiet one.
 A **probe** item (``probe=``: the space's reference network, or one fixed leaf)
 is an item like the others; its per-round times are the machine's drift, which
 tables record and ``validate`` shows. The ratio of two items
@@ -58,8 +61,8 @@ __all__ = ["QUANTILE", "TIMING_TARGET", "ItemTiming", "RoundsTiming", "check_tim
 
 #: Default stopping target: the 95 % interval's half-width as a share of the median.
 TIMING_TARGET = 0.02
-#: Default quantile of an item's per-round samples that is its figure: the lower quartile.
-QUANTILE = 0.25
+#: Default quantile of an item's per-round samples that is its figure: the 10th percentile.
+QUANTILE = 0.1
 _MAX_CALLS_PER_SAMPLE = 1_000_000
 _Z95 = 1.959963984540054
 
@@ -73,7 +76,7 @@ def quantile_interval(samples: Sequence[float], quantile: float = 0.5,
     infinite on both sides, so a target is never met on so few samples.
     """
     if not 0 < quantile < 1:
-        raise HwAwareError(f"quantile must be between 0 and 1 (e.g. 0.25), got {quantile!r}")
+        raise HwAwareError(f"quantile must be between 0 and 1 (e.g. 0.1), got {quantile!r}")
     values = np.sort(np.asarray([float(x) for x in samples]))
     n = len(values)
     if n == 0:
@@ -210,7 +213,7 @@ def time_in_rounds(runners: Sequence[Callable[[], object]], *, probe: int | None
     """
     check_timing(warmup, min_rounds, max_rounds, target, max_seconds, min_sample_ms)
     if isinstance(quantile, bool) or not isinstance(quantile, int | float) or not 0 < quantile < 1:
-        raise HwAwareError(f"quantile must be between 0 and 1 (e.g. 0.25), got {quantile!r}")
+        raise HwAwareError(f"quantile must be between 0 and 1 (e.g. 0.1), got {quantile!r}")
     if not runners:
         raise HwAwareError("nothing to time: give at least one runner")
     if probe is not None and not 0 <= probe < len(runners):

@@ -91,7 +91,7 @@ def measure_against_reference(space: Any, arch: Mapping[str, Any], reference: Ma
     from the seed (timing does not depend on the trained weights).
 
     Returns ``{latency_ms, memory_mb, reference_latency_ms, latency_ratio, latency_ratio_ci95_low,
-    latency_ratio_ci95_high, timing_rounds}``: the latency over rounds (lower quartile), weights plus the
+    latency_ratio_ci95_high, timing_rounds}``: the latency over rounds (10th percentile), weights plus the
     peak of live activations plus the input (as the cost tables count it), and the per-round
     ratio to the reference (which holds when the machine's speed moves).
     """

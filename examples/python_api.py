@@ -68,7 +68,7 @@ def run_gumbel(table: Path, workdir: Path, quick: bool) -> dict[str, object]:
         val_dataloaders=DataLoader(Digits("val"), batch_size=64),
         num_classes=10, learning_rate=0.01, max_epochs=epochs, accelerator="cpu", logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    strategy = HardwareGumbelDARTS(model, penalty={"alpha": 1.5, "gamma": 0.5},
+    strategy = HardwareGumbelDARTS(model, penalty={"latency_target": "45%", "memory_target": "51%"},
                                    staging={"order": ["all"], "max_epochs": epochs, "min_epochs": epochs},
                                    reference=named.baseline(full), report=lambda record: None)
     experiment = NasExperiment(space.supernet(), evaluator, strategy)  # sequential engine

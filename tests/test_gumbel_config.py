@@ -9,19 +9,91 @@ import pytest
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.gumbel import (
     GumbelSearchConfig,
+    PenaltyConfig,
     StagePlan,
     StagingConfig,
     TemperatureConfig,
 )
+from nni_hwaware.strategies.gumbel.config import DEFAULT_TARGETS as _DEFAULTS
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "digits"
+DEFAULT_TARGETS = (_DEFAULTS["latency_target"], _DEFAULTS["memory_target"])
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "digits"
 LABELS = [f"l{i}" for i in range(6)]
 
 
 def test_example_config_parses() -> None:
     config = GumbelSearchConfig.from_yaml(EXAMPLES / "gumbel.yml")
     assert config.space == "digits"
-    assert len(config.sweep.alphas) >= 4
+    # seed 001's targets, not weights; the sweep is over latency targets
+    assert (config.penalty.latency_target, config.penalty.memory_target) == ("45%", "51%")
+    assert config.sweep.targets == ("30%", "45%", "60%") and config.sweep.alphas == ()
+
+
+@pytest.mark.parametrize("path", [EXAMPLES / "gumbel.yml", ROOT / "examples/cifar10_resnet50/gumbel.yml",
+                                  ROOT / "examples/own_space/gumbel.yml"])
+def test_every_example_aims_at_seed_001s_targets(path: Path) -> None:
+    penalty = GumbelSearchConfig.from_yaml(path).penalty
+    assert (penalty.latency_target, penalty.memory_target) == ("45%", "51%"), path
+
+
+def test_targets_are_the_default_and_weights_alone_are_the_fixed_weight_form() -> None:
+    assert (GumbelSearchConfig().penalty.latency_target, GumbelSearchConfig().penalty.memory_target) == DEFAULT_TARGETS
+    assert DEFAULT_TARGETS == ("45%", "51%")
+    for section in ({}, {"memory": "sum"}, {"beta": 1.0}):  # nothing that chooses a form: the targets
+        penalty = GumbelSearchConfig.from_dict({"penalty": section}).penalty
+        assert (penalty.latency_target, penalty.memory_target) == ("45%", "51%"), section
+    fixed = GumbelSearchConfig.from_dict({"penalty": {"alpha": 2.0}}).penalty  # a weight alone: fixed weights
+    assert (fixed.alpha, fixed.gamma, fixed.latency_target, fixed.memory_target) == (2.0, 0.5, None, None)
+    budget = PenaltyConfig(latency_budget_ms="50%")  # a budget alone: the budget form, no targets
+    assert budget.latency_target is None and budget.memory_target is None and budget.alpha == 1.0
+    # a weight with a target: the weight is where the target's controller starts; the other term keeps its form
+    both = PenaltyConfig(alpha=3.0, latency_target="30%")
+    assert (both.alpha, both.latency_target, both.memory_target, both.gamma) == (3.0, "30%", None, 0.5)
+    # the round trip keeps the form
+    assert GumbelSearchConfig.from_dict(GumbelSearchConfig().to_dict()) == GumbelSearchConfig()
+    assert PenaltyConfig(**GumbelSearchConfig(penalty=fixed).to_dict()["penalty"]) == fixed
+
+
+def test_an_exponent_with_a_target_is_one_line() -> None:
+    with pytest.raises(HwAwareError, match=r"penalty beta 2\.0 shapes the fixed-weight and budget forms only"):
+        GumbelSearchConfig.from_dict({"penalty": {"latency_target": "45%", "beta": 2.0}})
+    with pytest.raises(HwAwareError, match=r"penalty delta 0\.5 .*memory_target: null"):
+        PenaltyConfig(delta=0.5)  # the default targets
+    assert PenaltyConfig(delta=0.5, memory_target=None, latency_target="45%").delta == 0.5
+
+
+def test_sweep_targets_parse_and_name_their_points() -> None:
+    from nni_hwaware.strategies.gumbel.search import point_name, point_text, search_points
+
+    config = GumbelSearchConfig.from_dict({"sweep": {"targets": ["30%", "45%", 2.5]}})
+    assert config.sweep.targets == ("30%", "45%", 2.5) and config.sweep.alphas == ()
+    points = search_points(config)  # the config's own (45 %) first, then the others; 45 % once
+    assert [name for name, _, _ in points] == ["target_45pct", "target_30pct", "target_2p5ms"]
+    assert [run.penalty.latency_target for _, run, _ in points] == ["45%", "30%", 2.5]
+    assert all(run.penalty.memory_target == "51%" for _, run, _ in points)
+    assert [point for _, _, point in points][1] == {"latency_target": "30%", "memory_target": "51%"}
+    assert point_text(points[2][2]) == "latency target 2.5 ms, memory target 51%"
+    assert point_name("latency_target", "45.0%") == "target_45pct"
+    # the fixed-weight form keeps its alpha sweep
+    alphas = GumbelSearchConfig.from_dict({"penalty": {"alpha": 1.5, "gamma": 1.5}, "sweep": {"alphas": [0.5, 1.5]}})
+    assert [(name, point) for name, _, point in search_points(alphas)] == [
+        ("alpha_1p5", {"alpha": 1.5}), ("alpha_0p5", {"alpha": 0.5})]
+    assert search_points(alphas)[1][1].penalty.alpha == 0.5
+
+
+@pytest.mark.parametrize(("sweep", "penalty", "message"), [
+    ({"targets": ["30%"], "alphas": [1.0]}, {"alpha": 1.0}, "sweep alphas and targets are two forms"),
+    ({"alphas": [1.0]}, {}, r"sweep alphas sweep the fixed latency weight, but penalty.latency_target '45%' sets it"),
+    ({"targets": ["30%"]}, {"latency_budget_ms": 2.0}, "penalty.latency_budget_ms is another form"),
+    ({"targets": ["30"]}, {}, "sweep target"),
+    ({"targets": [0]}, {}, "sweep target must be > 0"),
+    ({"targets": [True]}, {}, "sweep target must be a finite number"),
+])
+def test_bad_sweeps_are_one_line(sweep: dict, penalty: dict, message: str) -> None:
+    with pytest.raises(HwAwareError, match=message):
+        GumbelSearchConfig.from_dict({"penalty": penalty, "sweep": sweep})
 
 
 def test_unknown_keys_are_rejected_with_the_allowed_ones() -> None:

@@ -27,7 +27,7 @@ def test_example_experiment_config_runs_the_gumbel_trial() -> None:
     config = yaml.safe_load(EXAMPLE.read_text())
     assert config["trialCommand"].startswith("python -m nni_hwaware.strategies.gumbel.trial --config gumbel.yml")
     assert (EXAMPLE.parent / "gumbel.yml").is_file()
-    assert config["maxTrialNumber"] == 1 and config["searchSpace"]["alpha"]["_type"] == "choice"
+    assert config["maxTrialNumber"] == 1 and config["searchSpace"]["latency_target"]["_type"] == "choice"
 
 
 def test_one_trial_gumbel_experiment_reports_each_epoch_and_a_final_dict(tmp_path: Path) -> None:

@@ -170,3 +170,57 @@ def test_the_report_says_how_far_the_measured_ratios_are_from_the_targets() -> N
     text = measured_markdown(result)
     assert "- latency target: 0.450 of the baseline; measured 0.500 (+11.1 % of the target)" in text
     assert "- memory target: 0.510 of the baseline; measured 0.500 (-2.0 % of the target)" in text
+
+
+@pytest.mark.slow
+def test_a_sweep_over_latency_targets_is_one_search_and_retraining_per_target(tmp_path: Path) -> None:
+    """The pipeline with sweep.targets: each target its own search folder, result, summary entry and report
+    row, each exported network within its own target as predicted."""
+    import json
+
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, run_pipeline
+
+    space, table = tmp_path / "tiny_space.json", tmp_path / "tiny_table.csv"
+    space.write_text(tiny_config().to_json())
+    tiny_table().save(table)
+    config = GumbelSearchConfig.from_dict({
+        "space": str(space), "seed": 0, "out": str(tmp_path / "run"),
+        "cost": {"table": str(table), "repeats": 1, "rounds": 4},
+        "penalty": {"latency_target": "80%", "memory_target": None, "gamma": 0.0},
+        "temperature": {"init": 1.0, "min": 1.0, "hard": True},
+        "stages": {"order": ["all"], "max_epochs": 1, "min_epochs": 1},
+        "search": {"threads": 1, "arc_lr": 0.1, "accelerator": "cpu", "checkpoint": False},
+        "retrain": {"epochs": 1},
+        "sweep": {"targets": ["40%", "80%"]},
+    })
+    lines: list[str] = []
+    summary = run_pipeline(config, log=lines.append)
+    run = tmp_path / "run"
+    assert sorted(p.name for p in (run / "search").iterdir()) == ["target_40pct", "target_80pct"]
+    assert summary["point"] == {"latency_target": "80%"} and summary["alpha"] is None
+    assert [entry["latency_target"] for entry in summary["sweep"]] == ["40%", "80%"]
+    base = summary["baseline"]["predicted_latency_ms"]
+    for entry in summary["sweep"]:
+        share = float(entry["latency_target"].rstrip("%")) / 100
+        assert entry["predicted_latency_ms"] <= share * base * (1 + 1e-9), entry
+        assert entry["extra"]["targets"] == {"latency_ratio": pytest.approx(share)}
+        arch = json.loads((run / "search" / f"target_{entry['latency_target'][:-1]}pct" / "arch.json").read_text())
+        assert arch["latency_target"] == entry["latency_target"] and arch["arch"] == entry["arch"]
+    assert any(line.startswith("search latency target 40%:") for line in lines), lines
+    markdown = (run / "report" / "comparison.md").read_text()
+    assert "| latency target 40% |" in markdown and "| latency target 80% |" in markdown
+    assert "- latency target: 0.800 of the baseline; measured" in markdown
+
+
+def test_a_target_no_network_reaches_is_one_line_before_the_search(tmp_path: Path) -> None:
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, search
+
+    config = GumbelSearchConfig.from_dict({
+        "out": str(tmp_path), "seed": 0, "penalty": {"latency_target": "10%", "memory_target": None},
+        "stages": {"order": ["all"], "max_epochs": 1, "min_epochs": 1},
+        "search": {"threads": 1, "checkpoint": False, "accelerator": "cpu"}})
+    records: list[dict] = []
+    with pytest.raises(HwAwareError, match=r"the penalty's targets cannot be met: no architecture of space 'tiny' "
+                                           r"fits .* latency_ms 1\.05 > budget 0\.275.*penalty\.latency_target"):
+        search(config, tiny_config(), _model(), tmp_path / "run", report=records.append)
+    assert records == [] and not (tmp_path / "run" / "arch.json").exists()  # no epoch ran

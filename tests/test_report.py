@@ -75,11 +75,27 @@ def test_write_report_writes_markdown_csv_and_png(tmp_path: Path) -> None:
     assert set(paths) == {"markdown", "csv", "plot"}
     markdown = paths["markdown"].read_text()
     assert markdown.startswith("# searched vs baseline (digits, chipA)")
-    assert "| 0.5 | 97.50 | 100.00 | 1.3333 | 0.667 | 0.3000 | 0.750 |" in markdown
+    assert "| alpha 0.5 | 97.50 | 100.00 | 1.3333 | 0.667 | 0.3000 | 0.750 |" in markdown
     frame = pd.read_csv(paths["csv"])
     assert frame.loc[frame.metric == "memory, measured (MB)", "searched vs baseline"].item() == pytest.approx(-50.0)
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.rglob(".*.tmp"))  # written atomically
+
+
+def test_a_sweep_over_latency_targets_says_each_points_target(tmp_path: Path) -> None:
+    """Each row names the target its search aimed at, in target order, with the ratio measured interleaved."""
+    sweep = [_result(f"searched_target_{t}pct", 0.97, 1.0, 2.0 * t / 100, 0.3,
+                     extra={"search_point": {"latency_target": f"{t}%", "memory_target": "51%"},
+                            "vs_baseline": {"latency_ratio": t / 100 + 0.01}})
+             for t in (60, 30, 45)] + [_result("searched_target_1p5ms", 0.96, 1.0, 1.4, 0.3,
+                                               extra={"search_point": {"latency_target": 1.5}})]
+    markdown = write_report(tmp_path / "report", BASE, [FOUND], sweep=sweep, plot=False)["markdown"].read_text()
+    rows = [line for line in markdown.splitlines() if line.startswith("| latency target")]
+    assert [row.split(" | ")[0] for row in rows] == ["| latency target 1.5 ms", "| latency target 30%",
+                                                       "| latency target 45%", "| latency target 60%"]
+    assert "| latency target 30% | 97.00 | 100.00 | 0.6000 | 0.310 | 0.3000 | 0.750 |" in markdown
+    assert PlotPoint.of(sweep[1], "sweep").label == "target 30%"
+    assert PlotPoint.of(_result("x", 0.9, 1.0, 1.0, 0.3, alpha=0.5), "sweep").label == "alpha=0.5"
 
 
 def test_plot_without_matplotlib_names_the_install_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

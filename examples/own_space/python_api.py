@@ -41,7 +41,7 @@ def main() -> None:
 
     # Gumbel-DARTS, one-shot: one Gumbel mask per label shared by every mixed op of it
     config = GumbelSearchConfig.from_dict({
-        "out": str(out / "gumbel"), "penalty": {"alpha": 1.5, "gamma": 1.0},
+        "out": str(out / "gumbel"), "penalty": {"latency_target": "45%", "memory_target": "51%"},
         "stages": {"order": ["all"], "max_epochs": 1 if args.quick else 6},
         "search": {"threads": 1, "checkpoint": False}})
     gumbel = HardwareGumbelDARTS(model, penalty=config.penalty, staging=config.stages,

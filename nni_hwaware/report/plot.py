@@ -42,7 +42,12 @@ class PlotPoint:
     @classmethod
     def of(cls, result: Any, group: str, metric: str = "test_top1") -> PlotPoint:
         """The point of a :class:`~nni_hwaware.report.ModelResult` (accuracy in %)."""
-        label = result.name if result.alpha is None or group != "sweep" else f"alpha={result.alpha:g}"
+        label = result.name
+        if group == "sweep":
+            from nni_hwaware.report.table import sweep_point
+
+            point = sweep_point(result)
+            label = label if point == "n/a" else point.replace("latency target ", "target ").replace("alpha ", "alpha=")
         return cls(float(result.latency_ms), 100.0 * float(getattr(result, metric)), label, group)
 
 

@@ -28,7 +28,7 @@ import pandas as pd
 from nni_hwaware.files import write_atomically
 from nni_hwaware.training.results import ModelResult
 
-__all__ = ["ROWS", "Row", "comparison_table", "relative_changes", "to_markdown", "write_report"]
+__all__ = ["ROWS", "Row", "comparison_table", "relative_changes", "sweep_point", "to_markdown", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -216,13 +216,34 @@ def deliverables_markdown(result: ModelResult, report_dir: str | os.PathLike[str
     return "\n".join(lines) + "\n"
 
 
+def sweep_point(result: ModelResult) -> str:
+    """What the search that found ``result`` aimed at: ``alpha 1.5`` or ``latency target 30%``
+    (``extra["search_point"]``, written by the Gumbel pipeline; else the result's alpha)."""
+    point = result.extra.get("search_point") or ({"alpha": result.alpha} if result.alpha is not None else {})
+    if "latency_target" in point:
+        value = point["latency_target"]
+        return f"latency target {value}" + ("" if isinstance(value, str) else " ms")
+    return f"alpha {point['alpha']:g}" if "alpha" in point else "n/a"
+
+
+def _sweep_order(result: ModelResult) -> tuple[int, float]:
+    point = result.extra.get("search_point") or {}
+    if "latency_target" in point:
+        value = point["latency_target"]
+        number = float(value.strip().rstrip("%")) if isinstance(value, str) else float(value)
+        return (0, number)
+    return (1, result.alpha) if result.alpha is not None else (2, 0.0)
+
+
 def sweep_markdown(baseline: ModelResult, sweep: Sequence[ModelResult]) -> str:
-    """One line per sweep point: alpha, accuracy, measured costs and their ratios to the baseline."""
-    lines = ["| alpha | top-1 (%) | top-3 (%) | latency (ms) | latency ratio | memory (MB) | memory ratio |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in sorted(sweep, key=lambda r: (r.alpha is None, r.alpha)):
+    """One line per sweep point: its latency target or alpha, accuracy, measured costs and their ratios
+    to the baseline (the latency ratio measured interleaved where there is one)."""
+    lines = ["| point | top-1 (%) | top-3 (%) | latency (ms) | latency ratio | memory (MB) | memory ratio |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(sweep, key=_sweep_order):
+        ratio = (r.extra.get("vs_baseline") or {}).get("latency_ratio", r.latency_ms / baseline.latency_ms)
         lines.append(
-            f"| {r.alpha if r.alpha is not None else 'n/a'} | {100 * r.test_top1:.2f} | {100 * r.test_top3:.2f} "
-            f"| {r.latency_ms:.4f} | {r.latency_ms / baseline.latency_ms:.3f} | {r.memory_mb:.4f} "
+            f"| {sweep_point(r)} | {100 * r.test_top1:.2f} | {100 * r.test_top3:.2f} "
+            f"| {r.latency_ms:.4f} | {ratio:.3f} | {r.memory_mb:.4f} "
             f"| {r.memory_mb / baseline.memory_mb:.3f} |")
     return "\n".join(lines) + "\n"

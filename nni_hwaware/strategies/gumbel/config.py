@@ -21,6 +21,7 @@ from nni_hwaware.strategies.job import CostConfig, PruneConfig, budget_fraction
 from nni_hwaware.training import TrainConfig
 
 __all__ = [
+    "DEFAULT_TARGETS",
     "CostConfig",
     "GumbelSearchConfig",
     "PenaltyConfig",
@@ -33,6 +34,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: The targets a penalty gets when it names no weight, target or budget: seed 001's
+#: latency -55 % and memory -49 % against the baseline (ResNet50 on the project's spaces).
+DEFAULT_TARGETS: dict[str, str] = {"latency_target": "45%", "memory_target": "51%"}
 
 
 def _finite(name: str, value: float, *, positive: bool = False, nonnegative: bool = False) -> None:
@@ -70,14 +75,22 @@ class PenaltyConfig:
     with the costs normalised (``normalise``) so that ``alpha`` and ``gamma`` mean
     the same in every space: by default relative to the baseline architecture, so
     ``alpha = 1`` weighs the baseline's latency as one nat of cross entropy.
+
+    Which form a term takes follows from what is given. Targets (``latency_target`` /
+    ``memory_target``): the search sets the term's weight itself, and ``alpha`` /
+    ``gamma`` are only where that weight starts. Budgets: the weight times the excess over
+    the budget. Otherwise the fixed-weight form above. A penalty that names no weight, no
+    target and no budget gets seed 001's targets, :data:`DEFAULT_TARGETS` (latency 45 %
+    and memory 51 % of the baseline's); give ``alpha`` / ``gamma`` alone for fixed weights.
     """
 
-    #: Weight of the latency term (>= 0; 0 switches it off).
-    alpha: float = 1.0
-    #: Exponent of the latency term (> 0).
+    #: Weight of the latency term (>= 0; 0 switches it off); with a latency target, the
+    #: weight the controller starts from. None: 1.0.
+    alpha: float | None = None
+    #: Exponent of the latency term (> 0; fixed-weight and budget forms only).
     beta: float = 1.0
-    #: Weight of the memory term (>= 0).
-    gamma: float = 0.5
+    #: Weight of the memory term (>= 0); with a memory target, where it starts. None: 0.5.
+    gamma: float | None = None
     #: Exponent of the memory term (> 0).
     delta: float = 1.0
     #: ``baseline``: cost / cost of the baseline architecture; ``none``: ms and MB as they are.
@@ -104,6 +117,13 @@ class PenaltyConfig:
     dual_gain: float = 5.0
 
     def __post_init__(self) -> None:
+        limits = ("latency_budget_ms", "memory_budget_mb", "latency_target", "memory_target")
+        if self.alpha is None and self.gamma is None and all(getattr(self, n) is None for n in limits):
+            for name, value in DEFAULT_TARGETS.items():  # nothing named: seed 001's targets
+                object.__setattr__(self, name, value)
+        for name, value in (("alpha", 1.0), ("gamma", 0.5)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
         _finite("penalty alpha", self.alpha, nonnegative=True)
         _finite("penalty gamma", self.gamma, nonnegative=True)
         _finite("penalty beta", self.beta, positive=True)
@@ -121,6 +141,11 @@ class PenaltyConfig:
         for cost, budget in (("latency", "latency_budget_ms"), ("memory", "memory_budget_mb")):
             if getattr(self, f"{cost}_target") is not None and getattr(self, budget) is not None:
                 raise HwAwareError(f"penalty {cost}_target and {budget} are two forms of one limit: give one")
+        for cost, power in (("latency", "beta"), ("memory", "delta")):
+            if getattr(self, f"{cost}_target") is not None and getattr(self, power) != 1.0:
+                raise HwAwareError(
+                    f"penalty {power} {getattr(self, power)} shapes the fixed-weight and budget forms only; with "
+                    f"{cost}_target the term is weight * {cost} / target: drop {power} or set {cost}_target: null")
         _finite("penalty dual_lr", self.dual_lr, positive=True)
         _finite("penalty dual_gain", self.dual_gain, nonnegative=True)
 
@@ -256,13 +281,33 @@ class SearchTrainingConfig:
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """Extra searches, one per ``alpha`` (each retrained and plotted); empty: none."""
+    """Extra searches, each retrained, reported and plotted: one per latency target (``targets``,
+    ms or ``"N%"`` of the baseline's predicted latency, as ``penalty.latency_target``) or, in the
+    fixed-weight form, one per latency weight (``alphas``). Empty: none."""
 
     alphas: tuple[float, ...] = ()
+    targets: tuple[float | str, ...] = ()
 
     def __post_init__(self) -> None:
+        for name in ("alphas", "targets"):
+            if isinstance(getattr(self, name), (str, int, float)):
+                object.__setattr__(self, name, (getattr(self, name),))
         for value in self.alphas:
             _finite("sweep alpha", value, nonnegative=True)
+        for value in self.targets:
+            if isinstance(value, str):
+                budget_fraction(value, "sweep target")
+            else:
+                _finite("sweep target", value, positive=True)
+        if self.alphas and self.targets:
+            raise HwAwareError("sweep alphas and targets are two forms of one sweep: give one")
+
+    @property
+    def points(self) -> tuple[tuple[str, float | str], ...]:
+        """``(option, value)`` of each sweep point: ``("alpha", 1.5)`` or ``("latency_target", "30%")``."""
+        if self.targets:
+            return tuple(("latency_target", value) for value in self.targets)
+        return tuple(("alpha", value) for value in self.alphas)
 
 
 @dataclass(frozen=True)
@@ -293,6 +338,14 @@ class GumbelSearchConfig:
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise HwAwareError(f"seed must be an integer, got {self.seed!r}")
+        if self.sweep.alphas and self.penalty.latency_target is not None:
+            raise HwAwareError(
+                f"sweep alphas sweep the fixed latency weight, but penalty.latency_target "
+                f"{self.penalty.latency_target!r} sets it: sweep targets instead (sweep.targets: [\"30%\", ...]) "
+                "or set penalty.latency_target: null")
+        if self.sweep.targets and self.penalty.latency_budget_ms is not None:
+            raise HwAwareError("sweep targets set penalty.latency_target, and penalty.latency_budget_ms is another "
+                               "form of that limit: set it to null")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GumbelSearchConfig:

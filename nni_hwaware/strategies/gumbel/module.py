@@ -193,11 +193,14 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         hparams = getattr(self.training_module, "hparams", {})
         lr = hparams.get("learning_rate") if hasattr(hparams, "get") else None
         c = self.hardware_penalty.config
+        if self.hardware_penalty.has_targets:  # the weights are the controller's: its gains move them
+            weights = f"the targets' controller gains (penalty.dual_lr {c.dual_lr:g}, penalty.dual_gain {c.dual_gain:g})"
+        else:
+            weights = f"the penalty weights (penalty.alpha {c.alpha:g}, penalty.gamma {c.gamma:g})"
         return HwAwareError(
             f"the search diverged at stage {stage} epoch {self.current_epoch} (step {batch_idx}, {update}): "
             f"{what}; {last}; lower the learning rates (search.lr{f' {lr:g}' if lr is not None else ''}, "
-            f"search.arc_lr {self.arc_learning_rate:g}) or the penalty weights (penalty.alpha {c.alpha:g}, "
-            f"penalty.gamma {c.gamma:g}), or set search.gradient_clip, and start afresh "
+            f"search.arc_lr {self.arc_learning_rate:g}) or {weights}, or set search.gradient_clip, and start afresh "
             "(search.resume: false; a resumed search keeps its checkpoint's learning rates)")
 
     def _check_finite(self, batch_idx: int, update: str, values: dict[str, float]) -> None:

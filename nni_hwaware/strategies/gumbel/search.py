@@ -15,7 +15,8 @@
    (:func:`nni_hwaware.report.evaluate_architecture`: best-on-validation epoch,
    test top-1/top-3, latency and memory measured on this machine and predicted by
    the table, params, FLOPs);
-4. one more search and retraining per ``sweep.alphas`` value;
+4. one more search and retraining per ``sweep.targets`` value (latency targets) or, in the
+   fixed-weight form, per ``sweep.alphas`` value (:func:`search_points`);
 5. the report (:func:`nni_hwaware.report.write_report`): Markdown and CSV table,
    accuracy-latency plot; ``<out>/summary.json``.
 """
@@ -41,7 +42,8 @@ from nni_hwaware.profiling import fixed_threads
 from nni_hwaware.spaces.config import Architecture, SpaceConfig
 from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
 
-__all__ = ["EpochShuffle", "SearchOutcome", "gumbel_evaluator", "load_space_cost_model", "run_pipeline", "search"]
+__all__ = ["EpochShuffle", "SearchOutcome", "gumbel_evaluator", "load_space_cost_model", "point_name", "point_text",
+           "run_pipeline", "search", "search_points"]
 
 
 class EpochShuffle(Sampler[int]):
@@ -197,7 +199,9 @@ def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: Spa
                             search_seconds=seconds, alpha=config.penalty.alpha, arch_path=out / "arch.json",
                             stage_log=list(module.plan.log) if module.plan else [])
     if module.trainer.is_global_zero:
-        save_architecture(outcome.arch_path, arch, space, alpha=config.penalty.alpha,
+        aims = {k: getattr(config.penalty, k) for k in ("latency_target", "memory_target")
+                if getattr(config.penalty, k) is not None}
+        save_architecture(outcome.arch_path, arch, space, alpha=config.penalty.alpha, **aims,
                           probabilities=outcome.probabilities, search_seconds=seconds, chip=cost_model.chip)
         write_json(out / "history.json", {"history": module.history, "stages": outcome.stage_log})
     return outcome
@@ -248,7 +252,7 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
 
     done: dict[tuple[tuple[str, str], ...], ModelResult] = {}
 
-    def retrain(arch: Architecture, name: str, **extra: Any) -> ModelResult:
+    def retrain(arch: Architecture, name: str, point: dict[str, Any] | None, **extra: Any) -> ModelResult:
         # The same architecture trains (same seed) and measures the same: do it once.
         path = out / "results" / f"{name}.json"
         key = tuple(sorted(arch.items()))
@@ -261,28 +265,30 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
                                            backend=config.cost.backend, repeats=config.cost.repeats,
                                            keep_weights=True, **extra)
             done[key] = result
+        if point is not None:  # what the search that found it aimed at (alpha or latency target)
+            result = dataclasses.replace(result, extra={**result.extra, "search_point": point})
         result.save(path)
         log(f"{name}: test top-1 {result.test_top1:.4f}, top-3 {result.test_top3:.4f}, "
             f"latency {result.latency_ms:.4g} ms, memory {result.memory_mb:.4g} MB ({path})")
         return result
 
-    outcomes: dict[float, SearchOutcome] = {}
-    results: dict[float, ModelResult] = {}
-    for alpha in dict.fromkeys((config.penalty.alpha, *config.sweep.alphas)):
-        run_config = config.replace(**{"penalty.alpha": alpha})
-        outcome = search(run_config, space, cost_model, out / "search" / _alpha_name(alpha),
-                         report=report if alpha == config.penalty.alpha else None)
-        outcomes[alpha] = outcome
+    points = search_points(config)  # the main search first, then the sweep's other points
+    outcomes: dict[str, SearchOutcome] = {}
+    results: dict[str, ModelResult] = {}
+    for name, run_config, point in points:
+        outcome = search(run_config, space, cost_model, out / "search" / name,
+                         report=report if name == points[0][0] else None)
+        outcomes[name] = outcome
         if not _is_rank_zero():
             return {}
-        log(f"search alpha={alpha:g}: {json.dumps(outcome.arch)} in {outcome.search_seconds:.1f} s")
-        results[alpha] = retrain(outcome.arch, f"searched_{_alpha_name(alpha)}", alpha=alpha,
-                                 search_seconds=outcome.search_seconds)
-    main = results[config.penalty.alpha]
-    main = main.renamed("searched")
+        log(f"search {point_text(point)}: {json.dumps(outcome.arch)} in {outcome.search_seconds:.1f} s")
+        results[name] = retrain(outcome.arch, f"searched_{name}", point,
+                                alpha=point.get("alpha"), search_seconds=outcome.search_seconds)
+    main_name = points[0][0]
+    main = results[main_name].renamed("searched")
     main.save(out / "results" / "searched.json")
-    baseline = retrain(space.baseline(), "baseline") if config.baseline else None  # the reference network
-    sweep = [results[a] for a in config.sweep.alphas]
+    baseline = retrain(space.baseline(), "baseline", None) if config.baseline else None  # the reference network
+    sweep = [results[point_name(option, value)] for option, value in config.sweep.points]
     files: dict[str, str] = {}
     if baseline is not None:  # each found network timed interleaved with the baseline, in this process
         from nni_hwaware.training import compare_with_baseline
@@ -291,10 +297,10 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
         timing = {"rounds": cost.rounds, "batch_size": cost.batch_size, "backend": cost.backend,
                   "threads": cost.threads, "seed": config.seed}
         baseline_main, main = compare_with_baseline(space, baseline, main, **timing)
-        targets = _target_ratios(config, baseline)
-        if targets:
-            main = dataclasses.replace(main, extra={**main.extra, "targets": targets})
         sweep = [compare_with_baseline(space, baseline, r, **timing)[1] for r in sweep]
+        configs = {name: run_config for name, run_config, _ in points}
+        main = _with_targets(main, configs[main_name], baseline)
+        sweep = [_with_targets(r, configs[r.name.removeprefix("searched_")], baseline) for r in sweep]
         baseline = baseline_main
         for result in (main, *sweep):
             for line in result.extra["vs_baseline"]["warnings"]:
@@ -306,15 +312,67 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
     else:
         main = _deliver(config, space, main, None, train, out, log)
         main.save(out / "results" / "searched.json")
+    penalty = config.penalty
     summary = {
-        "space": space.name, "chip": cost_model.chip, "alpha": config.penalty.alpha,
-        "arch": main.arch, "arch_path": str(outcomes[config.penalty.alpha].arch_path),
+        "space": space.name, "chip": cost_model.chip,
+        # the fixed-weight form's alpha; with a latency target the search set the weight itself
+        "alpha": penalty.alpha if penalty.latency_target is None else None,
+        "latency_target": penalty.latency_target, "memory_target": penalty.memory_target,
+        "point": points[0][2],
+        "arch": main.arch, "arch_path": str(outcomes[main_name].arch_path),
         "searched": main.to_dict(), "baseline": baseline.to_dict() if baseline else None,
-        "sweep": [r.to_dict() for r in sweep], "report": files,
-        "search_seconds": outcomes[config.penalty.alpha].search_seconds,
+        # each sweep point's result with the option it set (alpha or latency_target) at the top
+        "sweep": [{**r.to_dict(), **r.extra["search_point"]} for r in sweep], "report": files,
+        "search_seconds": outcomes[main_name].search_seconds,
     }
     write_json(out / "summary.json", summary)
     return summary
+
+
+def search_points(config: GumbelSearchConfig) -> list[tuple[str, GumbelSearchConfig, dict[str, Any]]]:
+    """``(name, config, point)`` of every search of a run: the config's own, then each sweep point
+    not equal to it. ``point`` says what the search aimed at: ``{"alpha": a}`` in the fixed-weight
+    form, else ``{"latency_target": t}`` (with ``memory_target`` when the penalty has one)."""
+    penalty = config.penalty
+    own = ("alpha", penalty.alpha) if penalty.latency_target is None else ("latency_target", penalty.latency_target)
+    points: dict[str, tuple[str, GumbelSearchConfig, dict[str, Any]]] = {}
+    for option, value in (own, *config.sweep.points):
+        name = point_name(option, value)
+        if name in points:
+            continue
+        run_config = config if (option, value) == own else config.replace(**{f"penalty.{option}": value})
+        point: dict[str, Any] = {option: value}
+        if run_config.penalty.memory_target is not None:
+            point["memory_target"] = run_config.penalty.memory_target
+        points[name] = (name, run_config, point)
+    return list(points.values())
+
+
+def point_name(option: str, value: float | str) -> str:
+    """The folder and result name of a search point: ``alpha_1p5``, ``target_30pct``, ``target_2p5ms``."""
+    if option == "alpha":
+        return _alpha_name(float(value))
+    if isinstance(value, str):
+        from nni_hwaware.strategies.job import budget_fraction
+
+        return f"target_{100 * budget_fraction(value, 'latency target'):g}pct".replace(".", "p")
+    return f"target_{float(value):g}ms".replace(".", "p")
+
+
+def point_text(point: dict[str, Any] | None) -> str:
+    """``alpha=1.5`` or ``latency target 30%`` (``memory target 51%``) of a search point."""
+    if not point:
+        return ""
+    parts = []
+    for key, value in point.items():
+        unit = "" if isinstance(value, str) else (" ms" if key == "latency_target" else " MB")
+        parts.append(f"alpha={value:g}" if key == "alpha" else f"{key.replace('_', ' ')} {value}{unit}")
+    return ", ".join(parts)
+
+
+def _with_targets(result: Any, config: GumbelSearchConfig, baseline: Any) -> Any:
+    targets = _target_ratios(config, baseline)
+    return dataclasses.replace(result, extra={**result.extra, "targets": targets}) if targets else result
 
 
 def _is_rank_zero() -> bool:

@@ -142,6 +142,15 @@ class HardwareGumbelDARTS(GumbelDARTS):
         self.masks.attach(model)
         self.hardware_penalty = HardwarePenalty(self.cost_model, self.penalty_config, values_of,
                                                 reference=self.reference)
+        limits = _limits(self.hardware_penalty)
+        if limits:  # a target no network of the space reaches: one line now, not after the search
+            from nni_hwaware.strategies.budget import Budget, BudgetMask
+
+            try:
+                BudgetMask(self.hardware_penalty.model, Budget(**limits))
+            except HwAwareError as err:
+                raise HwAwareError(f"the penalty's targets cannot be met: {err} (penalty.latency_target / "
+                                   "memory_target, or keep cheaper values in prune.keep)") from None
         return model
 
     def run_hook(self, hook: Any, name: str, module: nn.Module, memo: dict[str, Any]) -> Any:
@@ -173,9 +182,7 @@ class HardwareGumbelDARTS(GumbelDARTS):
         (:meth:`~nni_hwaware.strategies.budget.BudgetMask.most_probable`); without any, the most
         probable value of every label. No architecture fitting them is one clear error."""
         penalty = self.module.hardware_penalty
-        limits = {"latency_ms": penalty.latency_target or penalty.latency_budget,
-                  "memory_mb": penalty.memory_target or penalty.memory_budget}
-        limits = {k: v for k, v in limits.items() if v is not None}
+        limits = _limits(penalty)
         if not limits:
             return self.module.architecture()
         return fitting_architecture(penalty.model, self.probabilities(), limits)
@@ -190,6 +197,13 @@ class HardwareGumbelDARTS(GumbelDARTS):
     def history(self) -> list[dict[str, Any]]:
         """One record per search epoch (stage, loss, expected costs, validation accuracy)."""
         return self.module.history
+
+
+def _limits(penalty: HardwarePenalty) -> dict[str, float]:
+    """The penalty's targets (or budgets) in ms and MB, the export's limits; empty in the fixed-weight form."""
+    limits = {"latency_ms": penalty.latency_target or penalty.latency_budget,
+              "memory_mb": penalty.memory_target or penalty.memory_budget}
+    return {k: v for k, v in limits.items() if v is not None}
 
 
 def fitting_architecture(model: Any, probabilities: Mapping[str, Mapping[Any, float]],

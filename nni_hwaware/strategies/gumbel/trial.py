@@ -12,7 +12,8 @@ baseline, report) and reports to NNI:
 * at the end, a final result ``{default: val_top1 of the retrained network,
   test_top1, test_top3, latency_ms, memory_mb (measured), predicted_latency_ms,
   predicted_memory_mb, params, flops, latency_ratio, memory_ratio (vs the
-  baseline), top1_drop_pp, top3_drop_pp, search_seconds, alpha, arch}``.
+  baseline), top1_drop_pp, top3_drop_pp, search_seconds, arch}`` and ``alpha`` (fixed-weight
+  form) or ``latency_target`` / ``memory_target`` (target form).
 
 A search that fails on bad input or diverges (NaN/inf loss: the stage, epoch,
 step and last finite losses are named) prints one line to stderr
@@ -20,7 +21,8 @@ step and last finite losses are named) prints one line to stderr
 and exits with status 2: NNI marks the trial FAILED, and nothing is exported.
 
 The parameters NNI hands over (if any) override the config: ``alpha``, ``beta``,
-``gamma``, ``delta`` (the penalty's) or any dotted option (``temperature.init``),
+``gamma``, ``delta``, ``latency_target``, ``memory_target`` (the penalty's) or any dotted
+option (``temperature.init``),
 so a tuner can sweep them with one trial per value. Files go to
 ``$NNI_OUTPUT_DIR/gumbel`` (the trial's folder) unless ``--out`` is given.
 """
@@ -36,7 +38,8 @@ from typing import Any
 __all__ = ["PARAMETER_ALIASES", "final_metrics", "main", "overrides_from_parameters"]
 
 #: Short names a tuner's search space may use for penalty options.
-PARAMETER_ALIASES = {name: f"penalty.{name}" for name in ("alpha", "beta", "gamma", "delta")}
+PARAMETER_ALIASES = {name: f"penalty.{name}"
+                     for name in ("alpha", "beta", "gamma", "delta", "latency_target", "memory_target")}
 
 
 def overrides_from_parameters(parameters: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -58,8 +61,10 @@ def final_metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
             top1_drop_pp=100 * (baseline["test_top1"] - searched["test_top1"]),
             top3_drop_pp=100 * (baseline["test_top3"] - searched["test_top3"]),
             baseline_test_top1=baseline["test_top1"], baseline_latency_ms=baseline["latency_ms"])
-    final.update(search_seconds=summary["search_seconds"], alpha=summary["alpha"],
-                 arch=json.dumps(summary["arch"], separators=(",", ":")))
+    final.update(search_seconds=summary["search_seconds"], arch=json.dumps(summary["arch"], separators=(",", ":")))
+    for key in ("alpha", "latency_target", "memory_target"):  # the search's form: a fixed weight or its targets
+        if summary.get(key) is not None:
+            final[key] = summary[key]
     return final
 
 

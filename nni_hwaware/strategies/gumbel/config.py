@@ -204,7 +204,8 @@ class StagingConfig:
     goes with the lower part, the head with the upper one. A stage ends when its
     mean search loss has not fallen by ``min_delta`` for ``patience`` epochs (after
     at least ``min_epochs``), or after ``max_epochs``. ``order: [all]`` is a
-    single-stage search.
+    single-stage search. A stage that collapses (training accuracy near chance while the
+    cost terms dominate the loss) ends the search (``collapse_accuracy``).
     """
 
     #: ``m``, the number of lower layers (None: half of the layers, rounded down).
@@ -216,6 +217,15 @@ class StagingConfig:
     min_delta: float = 1e-3
     #: Epochs that train all weights with fixed architecture parameters before the stages.
     warmup_epochs: int = 0
+    #: The collapse guard: an epoch whose training top-1 (the weight steps' batches) falls below
+    #: this share, after an earlier epoch above it, while the cost terms are more than
+    #: ``collapse_cost_share`` of the architecture loss stops the search, and the architecture
+    #: distribution of the last epoch before it is exported. None: 1.5 / the number of classes
+    #: (near chance); 0 switches the guard off.
+    collapse_accuracy: float | None = None
+    #: The cost terms' share of the architecture loss, ``penalty / (CE + penalty)``, above which
+    #: they dominate it (the guard's second condition).
+    collapse_cost_share: float = 0.5
 
     def __post_init__(self) -> None:
         if isinstance(self.order, str):
@@ -231,6 +241,14 @@ class StagingConfig:
         if not isinstance(self.warmup_epochs, int) or self.warmup_epochs < 0:
             raise HwAwareError(f"stages warmup_epochs must be an integer >= 0, got {self.warmup_epochs!r}")
         _finite("stages min_delta", self.min_delta, nonnegative=True)
+        if self.collapse_accuracy is not None:
+            _finite("stages collapse_accuracy", self.collapse_accuracy, nonnegative=True)
+            if self.collapse_accuracy >= 1:
+                raise HwAwareError(f"stages collapse_accuracy is a share of the batches (0 switches the guard "
+                                   f"off), so it must be < 1, got {self.collapse_accuracy}")
+        _finite("stages collapse_cost_share", self.collapse_cost_share, nonnegative=True)
+        if self.collapse_cost_share >= 1:
+            raise HwAwareError(f"stages collapse_cost_share must be < 1, got {self.collapse_cost_share}")
         if self.split is not None and (not isinstance(self.split, int) or self.split < 1):
             raise HwAwareError(f"stages split (m) must be an integer >= 1, got {self.split!r}")
 

@@ -22,7 +22,16 @@ batch, then a weight step on a training batch (first-order DARTS). What changes:
   stops the search before the next update, with an :class:`~nni_hwaware.errors.HwAwareError`
   of one line: stage, epoch, step, the term that diverged, the last finite losses
   and what to change. Nothing is exported and no checkpoint of the diverged state
-  is written (Lightning re-raises it unchanged).
+  is written (Lightning re-raises it unchanged);
+* a searching stage that collapses -- an epoch whose training top-1 (the weight steps'
+  batches, under the sampled masks) has fallen to near chance (below ``stages.collapse_accuracy``,
+  by default 1.5 / the number of classes, after an earlier epoch above it; a network that
+  has not learned yet has not collapsed) while the cost terms are more than
+  ``stages.collapse_cost_share`` of the architecture loss -- stops the search with one
+  warning line (logger ``nni_hwaware.gumbel``), recorded in the epoch's record, the stage
+  log and :attr:`HardwareGumbelModule.collapse`; the architecture parameters go back to
+  those of the last epoch that did not collapse, so the export is that distribution's
+  network, not one that cannot learn.
 
 BatchNorm layers of frozen blocks keep normalising with batch statistics (their
 running averages are not parameters and are not used by the retrained network).
@@ -30,6 +39,7 @@ running averages are not parameters and are not used by the retrained network).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,6 +61,8 @@ from nni_hwaware.strategies.gumbel.supernet import LabelMasks
 __all__ = ["HardwareGumbelModule"]
 
 Reporter = Callable[[dict[str, Any]], None]
+
+_logger = logging.getLogger("nni_hwaware.gumbel")
 
 
 def _report_to_nni(metric: dict[str, Any]) -> None:
@@ -90,6 +102,19 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         self._last_finite: dict[str, float] = {}
         self._last_finite_at = (0, 0)
         self._epoch_closed = -1
+        #: Training top-1 of the epoch's weight steps: (correct, seen) on the device, and the classes.
+        self._train_counts = torch.zeros(2)
+        self._classes: int | None = None
+        self._capture = False
+        self._captured: torch.Tensor | None = None
+        self._logits_hook: Any = None
+        #: The architecture parameters at the end of the last epoch that did not collapse
+        #: (epoch -1: the starting ones), what a collapse restores.
+        self._last_good: dict[str, Any] | None = None
+        #: What the collapse guard found (None: the search did not collapse).
+        self.collapse: dict[str, Any] | None = None
+        #: The best training top-1 of a finished epoch and that epoch (what a collapse fell from).
+        self._best_train: tuple[float, int] = (float("-inf"), -1)
 
     # -- structure -------------------------------------------------------------
     @property
@@ -128,7 +153,13 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             raise HwAwareError("the supernet has no choices: was the space mutated by HardwareGumbelDARTS?")
         if self.plan is None:
             self.plan = StagePlan(self.labels, self.staging, self.temperature)
+        if self._logits_hook is None:  # the weight steps' logits, for the training accuracy
+            self._logits_hook = self.training_module.register_forward_hook(self._keep_logits)
         return super().setup(stage)
+
+    def _keep_logits(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if self._capture and isinstance(output, torch.Tensor):
+            self._captured = output.detach()
 
     def configure_architecture_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.arch_parameters(), self.arc_learning_rate, betas=(0.5, 0.999),
@@ -164,13 +195,19 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
     def on_train_start(self) -> Any:
         if self.plan is not None and self.plan.done:  # resumed from the checkpoint of a finished search
             self.trainer.should_stop = True
+        if self._last_good is None:
+            self._last_good = {"epoch": -1, "logits": self._logits()}
         return super().on_train_start()
+
+    def _logits(self) -> dict[str, torch.Tensor]:
+        return {str(label): alpha.detach().clone() for label, alpha in self.masks.alphas.items()}
 
     def on_train_epoch_start(self) -> Any:
         if self.plan is None or self.plan.done:
             raise RuntimeError("the stage plan is finished; nothing left to train")
         self.apply_stage()
         self._sums = {}
+        self._train_counts = torch.zeros(2, device=self.device)
         self.log("gumbel_temperature", self.plan.temperature_now())
         # NNI's Darts/GumbelDarts hooks would unfreeze every architecture parameter and
         # set the temperature of GumbelSoftmax modules: the stage plan does both here.
@@ -260,7 +297,12 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
                 alphas_finite = torch.isfinite(torch.cat([p.detach().flatten() for p in params])).all()
             self._accumulate(loss=total, ce=ce_value, penalty=penalty_value,
                              sampled_latency_ms=latency_ms, sampled_memory_mb=memory_mb)
-        w_loss = _loss_of(self.training_module.training_step(batch["train"], 2 * batch_idx + 1))
+        self._capture, self._captured = True, None
+        try:
+            w_loss = _loss_of(self.training_module.training_step(batch["train"], 2 * batch_idx + 1))
+        finally:
+            self._capture = False
+        self._count_correct(batch["train"])
         if alphas_finite is None:
             w_value = float(w_loss.detach())
         else:
@@ -274,6 +316,19 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             self._accumulate(loss=w_value, ce=w_value)
         self._accumulate(weight_loss=w_value)
         return w_loss
+
+    def _count_correct(self, batch: Any) -> None:
+        """Add the weight step's correct predictions to the epoch's training top-1 (no host sync); a batch
+        that is not ``(inputs, class indices)`` or logits that are not ``(batch, classes)`` count nothing."""
+        logits, self._captured = self._captured, None
+        target = batch[1] if isinstance(batch, (list, tuple)) and len(batch) == 2 else None
+        if (logits is None or not isinstance(target, torch.Tensor) or logits.dim() != 2 or target.dim() != 1
+                or len(target) != len(logits) or target.is_floating_point()):
+            return
+        self._classes = int(logits.shape[1])
+        correct = (logits.argmax(dim=1) == target).sum()
+        self._train_counts += torch.stack([correct, torch.tensor(len(target), device=correct.device)]).to(
+            self._train_counts)
 
     # -- per-epoch evaluation and reporting ----------------------------------------
     def on_validation_epoch_start(self) -> None:
@@ -320,12 +375,29 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         val_top3 = float(counts[1]) / total if total else float("nan")
         means = {key: total / count for key, (total, count) in self._sums.items()}
         stage, stage_epoch, temperature = plan.current.name, plan.epoch_in_stage, plan.temperature_now()
-        decision = plan.end_epoch(means.get("loss", float("nan")))
+        train = self.trainer.strategy.reduce(self._train_counts.clone(), reduce_op="sum")
+        train_top1 = float(train[0]) / float(train[1]) if float(train[1]) else float("nan")
+        penalty, ce = means.get("penalty"), means.get("ce")
+        cost_share = (penalty / (penalty + ce) if plan.current.searches and penalty is not None and ce is not None
+                      and penalty + ce > 0 else 0.0)
+        cost_share = float(self.trainer.strategy.reduce(torch.tensor(cost_share, device=self.device),
+                                                        reduce_op="mean"))
+        collapsed = self._collapsed(train_top1, cost_share)
+        loss = means.get("loss", float("nan"))
+        decision = plan.stop(loss, "collapse") if collapsed else plan.end_epoch(loss)
         record: dict[str, Any] = {
             "default": val_top1, "val_top1": val_top1, "val_top3": val_top3,
             **self.expected_costs(), "stage": stage, "stage_epoch": stage_epoch, "epoch": self.current_epoch,
-            "temperature": temperature, **means, "decision": decision, "arch": self.architecture(),
+            "temperature": temperature, **means, "train_top1": train_top1, "cost_share": cost_share,
+            "decision": decision, "arch": self.architecture(),
         }
+        if collapsed:
+            record["collapsed"] = True
+            self._restore_last_good(stage, record, train_top1, cost_share)
+        else:
+            self._last_good = {"epoch": self.current_epoch, "logits": self._logits()}
+            if math.isfinite(train_top1) and train_top1 > self._best_train[0]:
+                self._best_train = (train_top1, self.current_epoch)
         if self.hardware_penalty.has_targets:  # the weights the targets set, this epoch's end
             latency_weight, memory_weight = self.hardware_penalty.weights.tolist()
             record.update(latency_weight=latency_weight, memory_weight=memory_weight)
@@ -335,8 +407,49 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         self.log_dict(numeric)
         if self.trainer.is_global_zero:
             self.report({k: (v if not isinstance(v, dict) else _arch_text(v)) for k, v in record.items()})
-        if decision == "done":
+        if decision in ("done", "stopped"):
             self.trainer.should_stop = True
+
+    def collapse_threshold(self) -> float | None:
+        """The training top-1 below which an epoch is near chance (None: unknown classes, or the guard is off)."""
+        share = self.staging.collapse_accuracy
+        if share is None:
+            return 1.5 / self._classes if self._classes else None
+        return share or None
+
+    def _collapsed(self, train_top1: float, cost_share: float) -> bool:
+        """Near chance now, above it in an earlier epoch, and the cost terms dominate the loss."""
+        threshold = self.collapse_threshold()
+        return (threshold is not None and math.isfinite(train_top1) and train_top1 < threshold
+                and self._best_train[0] >= threshold and cost_share > self.staging.collapse_cost_share)
+
+    @torch.no_grad()
+    def _restore_last_good(self, stage: str, record: dict[str, Any], train_top1: float, cost_share: float) -> None:
+        """Put back the architecture parameters of the last epoch that did not collapse; say so in one line."""
+        good = self._last_good or {"epoch": -1, "logits": self._logits()}
+        for label, alpha in self.masks.alphas.items():
+            alpha.copy_(good["logits"][str(label)].to(alpha))
+        restored = self.architecture()
+        threshold = self.collapse_threshold()
+        since = (f"the architecture of epoch {good['epoch']}, the last before it" if good["epoch"] >= 0
+                 else "the starting architecture distribution (no epoch before it)")
+        c = self.hardware_penalty.config
+        lower = (f"raise the targets (penalty.latency_target {c.latency_target}, memory_target {c.memory_target})"
+                 if self.hardware_penalty.has_targets else
+                 f"lower the penalty weights (penalty.alpha {c.alpha:g}, penalty.gamma {c.gamma:g})")
+        best, best_epoch = self._best_train
+        line = (f"the search collapsed at stage {stage} epoch {self.current_epoch}: training top-1 fell to "
+                f"{100 * train_top1:.1f} % (epoch {best_epoch}: {100 * best:.1f} %), near chance (below "
+                f"{100 * threshold:.1f} %), while the cost terms are "
+                f"{100 * cost_share:.0f} % of the loss; stopped, exporting {since}: {_arch_text(restored)}; "
+                f"{lower} or warm the weights up first (stages.warmup_epochs)")
+        self.collapse = {"stage": stage, "epoch": self.current_epoch, "train_top1": train_top1,
+                         "best_train_top1": best, "best_epoch": best_epoch,
+                         "threshold": threshold, "cost_share": cost_share, "restored_epoch": good["epoch"],
+                         "collapsed_arch": record["arch"], "arch": restored, "line": line}
+        record["collapse"] = line
+        if self.trainer.is_global_zero:
+            _logger.warning("%s", line)
 
     def on_fit_end(self) -> None:
         # The evaluator's own final report reads metrics this module does not log.
@@ -349,6 +462,9 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         checkpoint["hardware_gumbel"] = {
             "plan": self.plan.state_dict() if self.plan else None,
             "history": self.history,
+            "collapse": self.collapse,
+            "last_good": self._last_good,
+            "best_train": list(self._best_train),
             "generators": {str(label): g.get_state() for label, g in self.masks.generators.items()},
         }
 
@@ -361,6 +477,10 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         if state["plan"] is not None:
             self.plan.load_state_dict(state["plan"])
         self.history = list(state["history"])
+        self.collapse = state.get("collapse")
+        self._last_good = state.get("last_good")
+        best = state.get("best_train")
+        self._best_train = (float(best[0]), int(best[1])) if best else (float("-inf"), -1)
         for label, generator in self.masks.generators.items():
             generator.set_state(state["generators"][str(label)])
 

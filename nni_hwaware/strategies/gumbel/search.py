@@ -10,7 +10,9 @@
    Lightning checkpoints in ``<out>/<name>/checkpoints`` (an interrupted search
    resumes there, loading them with ``torch.load(weights_only=True)``), the
    exported architecture in ``<out>/<name>/arch.json``; a search that diverges
-   (NaN/inf loss) stops with an error and exports nothing;
+   (NaN/inf loss) stops with an error and exports nothing; one that collapses (training
+   accuracy near chance while the cost terms dominate the loss) stops with one line and
+   exports the last architecture before the collapse (``summary["collapse"]``);
 3. the exported network and the baseline retrained from random initialisation
    (:func:`nni_hwaware.report.evaluate_architecture`: best-on-validation epoch,
    test top-1/top-3, latency and memory measured on this machine and predicted by
@@ -78,6 +80,9 @@ class SearchOutcome:
     alpha: float
     arch_path: Path
     stage_log: list[dict[str, Any]] = field(default_factory=list)
+    #: What the collapse guard found (stage, epoch, training top-1, the line, the restored
+    #: architecture); None when the search did not collapse.
+    collapse: dict[str, Any] | None = None
 
 
 def load_space_cost_model(config: GumbelSearchConfig, out: Path) -> tuple[Any, Any]:
@@ -197,13 +202,14 @@ def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: Spa
     module = strategy.module
     outcome = SearchOutcome(arch=arch, probabilities=strategy.probabilities(), history=module.history,
                             search_seconds=seconds, alpha=config.penalty.alpha, arch_path=out / "arch.json",
-                            stage_log=list(module.plan.log) if module.plan else [])
+                            stage_log=list(module.plan.log) if module.plan else [], collapse=module.collapse)
     if module.trainer.is_global_zero:
         aims = {k: getattr(config.penalty, k) for k in ("latency_target", "memory_target")
                 if getattr(config.penalty, k) is not None}
         save_architecture(outcome.arch_path, arch, space, alpha=config.penalty.alpha, **aims,
                           probabilities=outcome.probabilities, search_seconds=seconds, chip=cost_model.chip)
-        write_json(out / "history.json", {"history": module.history, "stages": outcome.stage_log})
+        write_json(out / "history.json", {"history": module.history, "stages": outcome.stage_log,
+                                          "collapse": outcome.collapse})
     return outcome
 
 
@@ -284,6 +290,9 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
         log(f"search {point_text(point)}: {json.dumps(outcome.arch)} in {outcome.search_seconds:.1f} s")
         results[name] = retrain(outcome.arch, f"searched_{name}", point,
                                 alpha=point.get("alpha"), search_seconds=outcome.search_seconds)
+        if outcome.collapse:  # the module said it in one line; the result keeps it
+            results[name] = dataclasses.replace(results[name], extra={**results[name].extra,
+                                                                      "search_collapse": outcome.collapse})
     main_name = points[0][0]
     main = results[main_name].renamed("searched")
     main.save(out / "results" / "searched.json")
@@ -324,6 +333,9 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
         # each sweep point's result with the option it set (alpha or latency_target) at the top
         "sweep": [{**r.to_dict(), **r.extra["search_point"]} for r in sweep], "report": files,
         "search_seconds": outcomes[main_name].search_seconds,
+        # the collapse guard's finding of the main search (None: it did not collapse); a sweep
+        # point's is in its entry's extra.search_collapse
+        "collapse": outcomes[main_name].collapse,
     }
     write_json(out / "summary.json", summary)
     return summary

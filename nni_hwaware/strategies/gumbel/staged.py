@@ -82,7 +82,8 @@ class StagePlan:
         return self.temperature.at(self.epoch_in_stage, self.current.max_epochs)
 
     def end_epoch(self, loss: float) -> str:
-        """Record the epoch's mean search loss; returns ``continue``, ``next`` (stage) or ``done``."""
+        """Record the epoch's mean search loss; returns ``continue``, ``next`` (stage) or ``done``
+        (:meth:`stop` ends it early: ``stopped``)."""
         stage = self.current
         self.epoch_in_stage += 1
         if stage.searches:
@@ -101,6 +102,14 @@ class StagePlan:
         self.log.append({"stage": stage.name, "loss": loss, "decision": decision,
                          "reason": "patience" if stalled else ("max_epochs" if finished else "")})
         return decision
+
+    def stop(self, loss: float, reason: str) -> str:
+        """End the plan now, in the middle of the current stage (e.g. ``collapse``); returns the decision
+        ``stopped``, recorded in :attr:`log` like :meth:`end_epoch`'s."""
+        stage = self.current
+        self.log.append({"stage": stage.name, "loss": loss, "decision": "stopped", "reason": reason})
+        self.index, self.epoch_in_stage, self.best, self.bad_epochs = len(self.stages), 0, float("inf"), 0
+        return "stopped"
 
     def state_dict(self) -> dict[str, Any]:
         return {"index": self.index, "epoch_in_stage": self.epoch_in_stage, "best": self.best,

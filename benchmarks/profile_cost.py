@@ -1,6 +1,6 @@
 """Wall time to profile spaces on this chip with the interleaved engine, and how many entries met its target.
 
-Every leaf is timed once per round in a shuffled order until its median is known within
+Every leaf is timed once per round in a shuffled order until its figure (10th percentile) is known within
 2 % (95 % interval) or the time budget (0.25 s per leaf, 2 s to 2 minutes) ends. Default
 spaces: ``digits`` and ``nni:MobileNetV3Space`` (any space ``--space`` takes). Prints a
 line per space and one JSON object on its last line: ``{space: {"seconds", "entries",

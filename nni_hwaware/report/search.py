@@ -26,21 +26,33 @@ from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import read_json, write_json
 from nni_hwaware.training.results import ModelResult
 
-__all__ = ["best_trial", "render_search_report", "write_retrain_report", "write_search_report"]
+__all__ = ["best_trial", "measured_within", "render_search_report", "write_retrain_report", "write_search_report"]
 
 
-def best_trial(trials: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-    """The trial with the highest validation top-1 (``default``) among finite results."""
+def measured_within(trial: Mapping[str, Any], budget: Mapping[str, Any] | None) -> bool:
+    """Whether a trial's measured ``latency_ms`` / ``memory_mb`` (where it reports them) fit ``budget``."""
+    for metric, limit in (budget or {}).items():
+        value = trial.get(metric)
+        if metric in ("latency_ms", "memory_mb") and limit is not None and isinstance(value, (int, float)) \
+                and float(value) > float(limit):
+            return False
+    return True
+
+
+def best_trial(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """The trial with the highest validation top-1 (``default``) among finite results whose measured
+    costs fit ``budget``; when none fits, the best of all (check it with :func:`measured_within`)."""
     finite = [t for t in trials if isinstance(t.get("default"), (int, float)) and t["default"] == t["default"]]
     if not finite:
         raise HwAwareError("no trial finished with a finite validation accuracy; nothing to retrain")
-    return max(finite, key=lambda t: float(t["default"]))
+    fitting = [t for t in finite if measured_within(t, budget)]
+    return max(fitting or finite, key=lambda t: float(t["default"]))
 
 
 def write_search_report(out_dir: str | os.PathLike[str], baseline: ModelResult, best: ModelResult,
                         trials: Sequence[Mapping[str, Any]], *, baseline_predicted_ms: float | None = None,
-                        budget: Mapping[str, Any] | None = None,
-                        space: Mapping[str, Any] | None = None) -> dict[str, Path]:
+                        budget: Mapping[str, Any] | None = None, space: Mapping[str, Any] | None = None,
+                        correction: Mapping[str, Any] | None = None) -> dict[str, Path]:
     """Write the files listed in the module docstring; returns their paths by kind.
 
     ``space`` (``{space, space_args}``: how the search named its space) lets ``nni-hwaware
@@ -48,7 +60,8 @@ def write_search_report(out_dir: str | os.PathLike[str], baseline: ModelResult, 
     out = Path(out_dir)
     results = {"baseline": baseline.to_dict(), "best": best.to_dict(), "trials": list(trials),
                "baseline_predicted_ms": baseline_predicted_ms, "budget": dict(budget or {}),
-               **({"space": dict(space)} if space else {})}
+               **({"space": dict(space)} if space else {}),
+               **({"correction": dict(correction)} if correction else {})}
     paths = {"results": write_json(out / "results.json", results)}
     paths.update(render_search_report(out / "results.json", out))
     return paths
@@ -56,7 +69,8 @@ def write_search_report(out_dir: str | os.PathLike[str], baseline: ModelResult, 
 
 def write_retrain_report(out_dir: str | os.PathLike[str], metric: Mapping[str, Any],
                          trials: Sequence[Mapping[str, Any]], *, budget: Mapping[str, Any] | None = None,
-                         space: Mapping[str, Any] | None = None) -> tuple[dict[str, Path], list[str]]:
+                         space: Mapping[str, Any] | None = None,
+                         correction: Mapping[str, Any] | None = None) -> tuple[dict[str, Path], list[str]]:
     """The report from the retraining trial's final metric (``results``: both networks, see
     :func:`nni_hwaware.trial.run.retrain_metrics`); returns the paths and the comparison's warnings."""
     import json
@@ -68,7 +82,7 @@ def write_retrain_report(out_dir: str | os.PathLike[str], metric: Mapping[str, A
         raise HwAwareError(f"the retraining trial's result has no readable 'results' ({err}); the tuner and "
                            "the trial must be the same nni-hwaware version") from None
     paths = write_search_report(out_dir, baseline, found, trials, budget=budget, space=space,
-                                baseline_predicted_ms=baseline.predicted_latency_ms)
+                                baseline_predicted_ms=baseline.predicted_latency_ms, correction=correction)
     return paths, list(found.extra.get("vs_baseline", {}).get("warnings", []))
 
 
@@ -87,6 +101,9 @@ def _calibration(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any])
         predicted_over = sum(float(t[f"predicted_{metric}"]) > float(limit) for t in measured)
         lines.append(f"{metric}: {over} of {len(measured)} trials over the budget of {float(limit):.3g} {unit} "
                      f"as measured ({predicted_over} as predicted)")
+        if over == len(measured):
+            lines.append(f"no search trial was measured within the {metric} budget: the network retrained is "
+                         "the best of those over it")
     if both:
         ratios = [float(t["latency_ms"]) / float(t["predicted_latency_ms"]) for t in both]
         ratios.sort()
@@ -110,6 +127,11 @@ def render_search_report(results_file: str | os.PathLike[str], out_dir: str | os
     paths = write_report(out, baseline, [best], title=title)
     budget = dict(data.get("budget") or {})
     calibration = _calibration(data["trials"], budget)
+    for metric, fit in (data.get("correction") or {}).items():
+        calibration["lines"].append(
+            f"{metric} correction from {fit['pairs']} measured trials: scale {fit['scale']:.3f}, spread of "
+            f"log(measured / predicted) {fit['spread_before']:.3f} by the table, {fit['spread_after']:.3f} "
+            f"corrected (leave-one-out), margin {fit['margin']:.3f}")
     if calibration["lines"]:
         with open(paths["markdown"], "a", encoding="utf-8") as md:
             md.write("\n## Trials, predicted and measured\n\n" + "".join(f"- {line}\n" for line in calibration["lines"]))

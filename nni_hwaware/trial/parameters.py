@@ -46,10 +46,13 @@ class RetrainJob:
     rounds: int = 10
     #: Timing runs per network for the measured memory and the single-network latency.
     repeats: int = 3
+    #: The search's budget (``latency_ms`` / ``memory_mb`` / ``flops``): the best is chosen among the
+    #: trials whose measured costs fit it.
+    budget: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"history": self.history, "baseline": self.baseline, "baseline_costs": self.baseline_costs,
-                "rounds": self.rounds, "repeats": self.repeats}
+                "rounds": self.rounds, "repeats": self.repeats, "budget": self.budget}
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,7 @@ def _retrain(named: Any, params: TrialParameters, train: Any) -> int:
 
     job = params.retrain
     assert job is not None
-    best = best_trial(job.history)
+    best = best_trial(job.history, job.budget)
     # the table's predictions (a search trial's latency_ms / memory_mb are what it measured)
     predicted = {"baseline": job.baseline_costs,
                  "found": {m: best.get(f"predicted_{m}", best.get(m)) for m in ("latency_ms", "memory_mb")}}

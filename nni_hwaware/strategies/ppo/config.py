@@ -78,6 +78,17 @@ class PPOConfig:
     """Results before the surrogate screens (the first proposals are the policy's draws)."""
     max_resample: int = 1000
     """Masked draws per proposal before giving up when every draw is tried or in flight."""
+    correct: bool = True
+    """Learn from measured costs: fit a correction of the table's predictions from the (predicted,
+    measured) ``latency_ms`` / ``memory_mb`` pairs the results carry, and keep proposals within the
+    budget by the corrected prediction times a conformal margin (False: trust the table)."""
+    delta: float = 0.1
+    """A proposal must fit the budget, as measured, with probability at least 1 - delta."""
+    shrinkage: float = 4.0
+    """Ridge weight that shrinks each (label, value) residual of the correction toward zero."""
+    prior_margin: float = 1.0
+    """The margin before enough pairs exist for a conformal one (about 1 / delta): e.g. 1 plus the
+    table's error at its 90th percentile from ``nni-hwaware validate``."""
 
     def __post_init__(self) -> None:
         if self.reward not in REWARDS:
@@ -100,7 +111,9 @@ class PPOConfig:
         for name in ("update_every", "epochs", "hidden", "max_resample", "screen"):
             if getattr(self, name) < 1:
                 raise HwAwareError(f"PPO option {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("lr", "clip"):
+        if not 0.0 < self.delta < 1.0:
+            raise HwAwareError(f"PPO option delta must be in (0, 1), got {self.delta}")
+        for name in ("lr", "clip", "shrinkage", "prior_margin"):
             if not getattr(self, name) > 0:
                 raise HwAwareError(f"PPO option {name} must be > 0, got {getattr(self, name)}")
 

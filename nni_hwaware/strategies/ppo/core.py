@@ -41,6 +41,7 @@ from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling.chips import fixed_threads
 from nni_hwaware.strategies.budget import Budget, BudgetMask
+from nni_hwaware.strategies.correction import CORRECTED, CostCorrection
 from nni_hwaware.strategies.ppo.config import REWARDS, PPOConfig
 from nni_hwaware.strategies.ppo.policy import ActorCritic, Surrogate, normalise
 
@@ -80,6 +81,8 @@ class _Episode:
 class _History:
     rewards: dict[tuple[int, ...], float] = field(default_factory=dict)
     order: list[tuple[int, ...]] = field(default_factory=list)
+    #: What the results measured on the chip (``latency_ms`` / ``memory_mb``), where they did.
+    measured: dict[tuple[int, ...], dict[str, float]] = field(default_factory=dict)
 
 
 class PPOSearch:
@@ -94,6 +97,14 @@ class PPOSearch:
         self.limits = self.budget.limits()
         self.labels = list(self.mask.model.labels)
         self.candidates = [list(c) for c in self.mask.model.candidates]
+        c = self.config
+        #: The table's predictions corrected by what the chip measured (None: the table is trusted).
+        self.correction = CostCorrection([len(v) for v in self.candidates], delta=c.delta, shrinkage=c.shrinkage,
+                                         prior_margin=c.prior_margin) if c.correct else None
+        self._predicted: dict[tuple[int, ...], dict[str, float]] = {}
+        #: Why no network can fit the budget as measured (None while some can): the search then stops.
+        self.unreachable: str | None = None
+        self._remask()
         self.n_layers = len(self.labels)
         self.n_actions = max(map(len, self.candidates))
         self.valid = np.zeros((self.n_layers, self.n_actions), dtype=bool)
@@ -115,6 +126,75 @@ class PPOSearch:
         self.decision_seconds = 0.0
         self.decisions = 0
         self.last_stats: dict[str, float] = {}
+
+    # -- the budget as measured --------------------------------------------------
+    def _corrected_limits(self) -> list[str]:
+        return [m for m in CORRECTED if m in self.budget.limits()] if self.correction is not None else []
+
+    def _remask(self) -> None:
+        """The mask's budget: each corrected metric's limit over the margin and the lowest correction.
+
+        No architecture whose corrected prediction times the margin fits is masked; a finished
+        draw is then checked exactly (:meth:`_fits`).
+        """
+        limits = self.budget.limits()
+        cheapest = self.mask.cheapest_costs()
+        lines = []
+        for metric in self._corrected_limits():
+            limits[metric] /= self.correction.lowest_factor(metric) * self.correction.margin(metric)
+            if cheapest[metric] > limits[metric] * (1 + 1e-9):
+                factor = self.budget.limits()[metric] / limits[metric]
+                lines.append(f"no network fits the {metric} budget {self.budget.limits()[metric]:.4g} as measured: "
+                             f"the cheapest is {cheapest[metric] * factor:.4g} with the correction from "
+                             f"{self.correction.count(metric)} measured results and the margin")
+        self.unreachable = "; ".join(lines) + "; raise the budget" if lines else None
+        if self.unreachable:
+            return  # the search stops (see _propose); the mask stays as it was
+        budget = Budget(**limits)
+        if budget != self.mask.budget:
+            self.mask = BudgetMask(self.model, budget)
+            self.limits = budget.limits()
+            self.__dict__.pop("_feasible", None)
+
+    def predicted(self, key: tuple[int, ...]) -> dict[str, float]:
+        """The table's prediction of an architecture (its indices), cached."""
+        if key not in self._predicted:
+            self._predicted[key] = self.model.predict_indices(list(key)).metrics()
+        return self._predicted[key]
+
+    def corrected(self, arch: Mapping[str, str]) -> dict[str, float]:
+        """The table's prediction of ``arch`` corrected by the measurements so far, and each corrected
+        metric's bound (the corrected value times the margin) as ``<metric>_bound``."""
+        key = self.actions_of(arch)
+        out = dict(self.predicted(key))
+        if self.correction is not None:
+            for metric in CORRECTED:
+                if self.correction.count(metric):
+                    out[metric] *= self.correction.factor(metric, key)
+                    out[f"{metric}_bound"] = out[metric] * self.correction.margin(metric)
+        return out
+
+    def _fits(self, key: tuple[int, ...]) -> bool:
+        """Within every bound by the table, and within each corrected metric's limit with the margin."""
+        if not self.mask.within(key):
+            return False
+        predicted = None
+        for metric in self._corrected_limits():
+            if not self.correction.count(metric) and self.correction.margin(metric) == 1.0:
+                continue
+            predicted = predicted or self.predicted(key)
+            if self.correction.bound(metric, key, predicted[metric]) > self.budget.limits()[metric] * (1 + 1e-9):
+                return False
+        return True
+
+    def _exact_check(self) -> bool:
+        """Whether a finished draw must be checked (the mask alone is exact for one table-only bound)."""
+        return len(self.limits) > 1 or not self.mask.separable or bool(self._corrected_limits())
+
+    def measured_within(self, key: tuple[int, ...]) -> bool:
+        """Whether what was measured of ``key`` (if anything) fits the budget."""
+        limits = self.budget.limits()
+        return all(value <= limits[m] for m, value in self.history.measured.get(key, {}).items() if m in limits)
 
     # -- encoding -----------------------------------------------------------------
     def _states(self, prefixes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -198,6 +278,8 @@ class PPOSearch:
 
     def _propose(self) -> tuple[int, ...] | None:
         c = self.config
+        if self.unreachable:
+            return None
         drawn, rounds = 0, 0
         while drawn < c.max_resample:
             uniform = round(c.screen * c.explore) if rounds == 0 else c.screen
@@ -208,8 +290,8 @@ class PPOSearch:
                 key = tuple(int(j) for j in actions[row])
                 if key in fresh or key in self.history.rewards or key in self.pending:
                     continue
-                if (len(self.limits) > 1 or not self.mask.separable) and not self.mask.within(key):
-                    continue  # lower bounds or several bounds: the look-ahead let an overrun through
+                if self._exact_check() and not self._fits(key):
+                    continue  # lower bounds, several bounds or a correction: the look-ahead let an overrun through
                 fresh[key] = int(row)
             if fresh:
                 keys = list(fresh)
@@ -262,7 +344,7 @@ class PPOSearch:
                     if (other in found or other in exclude or other in self.history.rewards
                             or other in self.pending):
                         continue
-                    if self.limits and not self.mask.within(other):
+                    if self.limits and not self._fits(other):
                         continue
                     found[other] = None
         return list(found)
@@ -270,7 +352,8 @@ class PPOSearch:
     def _feasible_left(self) -> list[tuple[int, ...]] | None:
         """Feasible architectures neither tried nor in flight (None: too many to list)."""
         if not hasattr(self, "_feasible"):
-            self._feasible = self.mask.enumerate(_ENUMERATE_LIMIT)
+            feasible = self.mask.enumerate(_ENUMERATE_LIMIT)
+            self._feasible = None if feasible is None else [k for k in feasible if self._fits(k)]
         if self._feasible is None:
             return None
         return [k for k in self._feasible if k not in self.history.rewards and k not in self.pending]
@@ -288,6 +371,8 @@ class PPOSearch:
             value = reward_of(metrics, self.config, self.budget)
             if math.isfinite(value):
                 reward = value
+        if metrics is not None:
+            self._learn_costs(key, metrics)
         episode = self.pending.pop(key, None)
         if episode is None:  # a result we did not propose (resume, warm start): replay it
             episode = self._replay(key)
@@ -298,6 +383,22 @@ class PPOSearch:
         self._fit_surrogate()
         self._finish(episode)
         return reward
+
+    def _learn_costs(self, key: tuple[int, ...], metrics: Mapping[str, Any]) -> None:
+        """Keep what the result measured; fit the correction to it and move the mask's budget."""
+        measured = {}
+        for metric in CORRECTED:
+            try:
+                value = float(metrics.get(metric))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(value) and value > 0:
+                measured[metric] = value
+        if not measured:
+            return
+        self.history.measured[key] = measured
+        if self.correction is not None and self.correction.add(key, self.predicted(key), measured):
+            self._remask()
 
     def _scores(self) -> dict[tuple[int, ...], float]:
         """What each result teaches (``reward_norm``): normal scores of ranks, z-scores or rewards."""
@@ -411,11 +512,19 @@ class PPOSearch:
 
     # -- results and state ---------------------------------------------------------
     def best(self) -> tuple[dict[str, str], float] | None:
-        """The best architecture so far and its reward."""
-        if not self.history.rewards:
+        """The best architecture so far whose measured costs (where measured) fit the budget, and its reward.
+
+        None when nothing has finished, or when every result was measured over budget.
+        """
+        keys = [k for k in self.history.order if self.measured_within(k)]
+        if not keys:
             return None
-        key = max(self.history.order, key=lambda k: self.history.rewards[k])
+        key = max(keys, key=lambda k: self.history.rewards[k])
         return self.arch_of(key), self.history.rewards[key]
+
+    def measured_over_budget(self) -> int:
+        """Results measured over the budget."""
+        return sum(not self.measured_within(k) for k in self.history.order)
 
     def mean_decision_ms(self) -> float:
         return 1000 * self.decision_seconds / max(1, self.decisions)
@@ -428,6 +537,8 @@ class PPOSearch:
             "optimizer": copy.deepcopy(self.optimizer.state_dict()),
             "generator": self.generator.get_state(),
             "history": [[list(k), self.history.rewards[k]] for k in self.history.order],
+            "measured": [[list(k), v] for k, v in self.history.measured.items()],
+            "correction": self.correction.state_dict() if self.correction is not None else None,
             "pending": [list(k) for k in self.pending],
             "finished": [[e.actions, e.reward] for e in self.finished],
             "updates": self.updates,
@@ -446,6 +557,11 @@ class PPOSearch:
         for key, reward in state["history"]:
             self.history.order.append(tuple(key))
             self.history.rewards[tuple(key)] = float(reward)
+        self.history.measured = {tuple(k): {m: float(v) for m, v in values.items()}
+                                 for k, values in state.get("measured", [])}
+        if self.correction is not None:
+            self.correction.load_state_dict(state.get("correction") or {})
+            self._remask()
         pending = [tuple(k) for k in state.get("pending", []) if tuple(k) not in self.history.rewards]
         self.pending = dict(zip(pending, self._replays(pending), strict=True)) if pending else {}
         finished = [tuple(actions) for actions, _ in state["finished"]]

@@ -36,7 +36,7 @@ RESULT_GRACE_S = 60.0
 ALL_FAILED_AFTER = 5
 #: Fields of a result the retraining trial and the report need (the search history).
 HISTORY_KEYS = ("default", "latency_ms", "memory_mb", "predicted_latency_ms", "predicted_memory_mb",
-                "latency_ratio", "flops", "params", "status")
+                "corrected_latency_ms", "corrected_memory_mb", "latency_ratio", "flops", "params", "status")
 
 
 def metrics_of(value: Any) -> dict[str, Any] | None:

@@ -101,8 +101,9 @@ class SearchSession:
                 return self._parameters(arch).to_dict()
             self.exhausted = True
         if not self.retrain_due():
-            raise NoProposal("every architecture under the budget has been tried" if self.exhausted
-                             else f"the search made its {self.job.search_trials} trials")
+            raise NoProposal(search.unreachable or ("every architecture under the budget has been tried"
+                                                    if self.exhausted
+                                                    else f"the search made its {self.job.search_trials} trials"))
         if not self.retrain_ready():
             raise NoProposal("the retraining waits for the last search results", waiting=True)
         return self.retrain_parameters()
@@ -125,9 +126,15 @@ class SearchSession:
     def _parameters(self, arch: dict[str, Any], **extra: Any) -> Any:
         from nni_hwaware.trial.parameters import TrialParameters
 
+        costs = self.model.predict(arch).metrics() if arch else {}
+        if arch and self.search is not None and self.search.correction is not None:
+            # what the chip's measurements so far make of the table's prediction (a portal column)
+            corrected = self.search.corrected(arch)
+            costs.update({f"corrected_{m}": corrected[m] for m in ("latency_ms", "memory_mb")
+                          if self.search.correction.count(m)})
         return TrialParameters(arch=arch, space=self.job.space, space_args=self.job.space_args,
                                dataset=self.named.dataset, chip=self.model.chip,
-                               costs=self.model.predict(arch).metrics() if arch else {},
+                               costs=costs,
                                reference=dict(self.reference) if arch else {},
                                **{"train": self.job.train, **extra})
 
@@ -140,7 +147,7 @@ class SearchSession:
         self.records.retrain_sent = True
         self._save_state()
         job = RetrainJob(history=self.records.history(), baseline=dict(self.reference),
-                         baseline_costs=self.full.predict(self.reference).metrics())
+                         baseline_costs=self.full.predict(self.reference).metrics(), budget=self.budget.limits())
         return self._parameters({}, train=self.job.retrain, retrain=job).to_dict()
 
     # -- results ---------------------------------------------------------------------
@@ -201,8 +208,9 @@ class SearchSession:
 
         space = {"space": self.job.space if isinstance(self.job.space, str) else self.named.name,
                  "space_args": dict(self.job.space_args)}
+        correction = self.search.correction.summary() if self.search and self.search.correction else {}
         paths, warnings = write_retrain_report(self.output_dir / "report", value, self.records.results,
-                                               budget=self.budget.limits(), space=space)
+                                               budget=self.budget.limits(), space=space, correction=correction)
         for line in warnings:
             _logger.warning("%s", line)
         _logger.info("report written: %s", ", ".join(str(p) for p in paths.values()))
@@ -219,5 +227,7 @@ class SearchSession:
 
     def stats(self) -> dict[str, Any]:
         search = self.ready()
-        return self.records.stats(search.decisions, search.decision_seconds, len(search.history.order),
-                                  len(search.pending))
+        return {**self.records.stats(search.decisions, search.decision_seconds, len(search.history.order),
+                                     len(search.pending)),
+                "measured_over_budget": search.measured_over_budget(),
+                "cost_correction": search.correction.summary() if search.correction is not None else None}

@@ -1,0 +1,184 @@
+"""What the chip measured corrects what the table predicts: an online fit, and a margin that holds.
+
+A cost table is a prior. Every trial times its own network on its chip and reports the
+measured ``latency_ms`` / ``memory_mb`` beside the table's prediction, so a search holds a
+growing set of (predicted, measured) pairs. :class:`CostCorrection` fits, per metric, a
+model of their log ratio
+
+.. math::
+
+    \\log\\frac{m(a)}{p(a)} = g + \\sum_l r_{l, a_l} + \\varepsilon
+
+by ridge regression: ``g`` is the global scale (not shrunk), ``r_{l,v}`` a residual per
+(label, value), shrunk toward zero with weight ``shrinkage`` while the pairs that carry a
+value are few. The corrected prediction is :math:`p(a)\\,e^{g + \\sum_l r_{l,a_l}}`.
+
+A budget then has to hold when measured, not only when predicted: a proposal fits if
+its corrected prediction times a **margin** fits, the margin being the ``1 - delta``
+quantile of the measured / corrected ratios (split-free conformal prediction: each
+ratio is the pair's leave-one-out residual, exact for ridge regression, so no pair is
+judged by a fit that saw it). The quantile's rank is :math:`\\lceil (n+1)(1-\\delta)
+\\rceil` of ``n``, the finite-sample conformal rank (Vovk et al.; Lei et al. 2018), so
+with fewer than :math:`1/\\delta - 1` pairs there is none: until then the margin is the
+``prior_margin`` (from the table's own fidelity figures when the caller has them).
+
+Nothing here knows NNI: the PPO core feeds it the metrics it is told.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nni_hwaware.errors import HwAwareError
+
+__all__ = ["CORRECTED", "CostCorrection", "MetricCorrection"]
+
+#: The metrics a trial measures on its chip (and the budget names).
+CORRECTED = ("latency_ms", "memory_mb")
+
+
+@dataclass
+class MetricCorrection:
+    """The fitted correction of one metric (see the module)."""
+
+    scale_log: float = 0.0
+    #: Per label position, the residual of each value (log space).
+    residuals: list[np.ndarray] = field(default_factory=list)
+    #: Leave-one-out log ratios measured / corrected of the pairs it was fitted on.
+    loo: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: Log ratios measured / predicted (the table alone) of those pairs.
+    raw: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def log_factor(self, indices: Sequence[int]) -> float:
+        if not self.residuals:
+            return self.scale_log
+        return self.scale_log + float(sum(r[j] for r, j in zip(self.residuals, indices, strict=True)))
+
+    def lowest_log_factor(self) -> float:
+        """The smallest correction any architecture can get (the global scale and every label's lowest residual)."""
+        return self.scale_log + float(sum(r.min() for r in self.residuals)) if self.residuals else self.scale_log
+
+
+class CostCorrection:
+    """Online correction of a cost model's predictions from measured pairs, with a conformal margin."""
+
+    def __init__(self, n_values: Sequence[int], *, delta: float = 0.1, shrinkage: float = 4.0,
+                 prior_margin: float = 1.0, metrics: Sequence[str] = CORRECTED) -> None:
+        if not 0 < delta < 1:
+            raise HwAwareError(f"delta must be between 0 and 1 (e.g. 0.1), got {delta!r}")
+        if not (math.isfinite(shrinkage) and shrinkage > 0):
+            raise HwAwareError(f"shrinkage must be a positive number, got {shrinkage!r}")
+        if not (math.isfinite(prior_margin) and prior_margin > 0):
+            raise HwAwareError(f"prior_margin must be a positive number, got {prior_margin!r}")
+        self.n_values = [int(n) for n in n_values]
+        self.delta, self.shrinkage, self.prior_margin = float(delta), float(shrinkage), float(prior_margin)
+        self.metrics = tuple(metrics)
+        self.pairs: dict[str, list[tuple[tuple[int, ...], float, float]]] = {m: [] for m in self.metrics}
+        self.fits: dict[str, MetricCorrection] = {m: MetricCorrection() for m in self.metrics}
+
+    # -- data -----------------------------------------------------------------------
+    def add(self, indices: Sequence[int], predicted: Mapping[str, float], measured: Mapping[str, Any]) -> list[str]:
+        """Record one network's measured costs against the prediction; refits what changed; returns those metrics."""
+        key = tuple(int(j) for j in indices)
+        if len(key) != len(self.n_values):
+            raise HwAwareError(f"an architecture of {len(self.n_values)} labels was expected, got {len(key)}")
+        changed = []
+        for metric in self.metrics:
+            value = _positive(measured.get(metric))
+            guess = _positive(predicted.get(metric))
+            if value is None or guess is None:
+                continue
+            self.pairs[metric].append((key, guess, value))
+            changed.append(metric)
+        for metric in changed:
+            self._fit(metric)
+        return changed
+
+    def _design(self, keys: Sequence[tuple[int, ...]]) -> np.ndarray:
+        offsets = np.concatenate([[1], 1 + np.cumsum(self.n_values)[:-1]]).astype(int)
+        design = np.zeros((len(keys), 1 + sum(self.n_values)))
+        design[:, 0] = 1.0
+        for row, key in enumerate(keys):
+            design[row, offsets + np.asarray(key)] = 1.0
+        return design
+
+    def _fit(self, metric: str) -> None:
+        pairs = self.pairs[metric]
+        keys = [k for k, _, _ in pairs]
+        y = np.log(np.asarray([m / p for _, p, m in pairs]))
+        x = self._design(keys)
+        penalty = np.full(x.shape[1], self.shrinkage)
+        penalty[0] = 1e-6  # the global scale is barely shrunk
+        gram = x.T @ x + np.diag(penalty)
+        inverse = np.linalg.inv(gram)
+        weights = inverse @ x.T @ y
+        fitted = x @ weights
+        leverage = np.einsum("ij,jk,ik->i", x, inverse, x)
+        loo = (y - fitted) / np.maximum(1.0 - leverage, 1e-6)
+        residuals, at = [], 1
+        for n in self.n_values:
+            residuals.append(weights[at:at + n].copy())
+            at += n
+        self.fits[metric] = MetricCorrection(float(weights[0]), residuals, loo, y)
+
+    # -- use ------------------------------------------------------------------------
+    def count(self, metric: str) -> int:
+        return len(self.pairs.get(metric, ()))
+
+    def factor(self, metric: str, indices: Sequence[int]) -> float:
+        """measured / predicted as the fit expects it for this architecture (1 without pairs)."""
+        return math.exp(self.fits[metric].log_factor(indices)) if metric in self.fits else 1.0
+
+    def lowest_factor(self, metric: str) -> float:
+        return math.exp(self.fits[metric].lowest_log_factor()) if metric in self.fits else 1.0
+
+    def margin(self, metric: str) -> float:
+        """The ``1 - delta`` conformal quantile of measured / corrected (the prior margin until enough pairs)."""
+        loo = self.fits[metric].loo if metric in self.fits else np.zeros(0)
+        n = len(loo)
+        rank = math.ceil((n + 1) * (1 - self.delta))
+        if rank > n:
+            return self.prior_margin
+        return float(math.exp(np.sort(loo)[rank - 1]))
+
+    def bound(self, metric: str, indices: Sequence[int], predicted: float) -> float:
+        """The corrected prediction times the margin: what must fit the budget."""
+        return predicted * self.factor(metric, indices) * self.margin(metric)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per metric with pairs: their count, the global scale, the margin and the spread of
+        log(measured / predicted) before (the table alone) and after the correction (leave-one-out)."""
+        out = {}
+        for metric, fit in self.fits.items():
+            if not len(fit.raw):
+                continue
+            out[metric] = {"pairs": len(fit.raw), "scale": math.exp(fit.scale_log), "margin": self.margin(metric),
+                           "spread_before": float(np.std(fit.raw)), "spread_after": float(np.std(fit.loo)),
+                           "median_ratio_before": float(math.exp(np.median(fit.raw))),
+                           "median_ratio_after": float(math.exp(np.median(fit.loo)))}
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pairs": {m: [[list(k), p, v] for k, p, v in pairs] for m, pairs in self.pairs.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.pairs = {m: [] for m in self.metrics}
+        for metric, pairs in (state.get("pairs") or {}).items():
+            if metric not in self.pairs:
+                continue
+            self.pairs[metric] = [(tuple(int(j) for j in k), float(p), float(v)) for k, p, v in pairs]
+            if self.pairs[metric]:
+                self._fit(metric)
+
+
+def _positive(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None

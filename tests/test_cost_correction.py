@@ -1,0 +1,164 @@
+"""The search learns from measured costs: an online correction of the table, and a budget that holds as measured."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from nni_hwaware.cost_model import CostFactor, SpaceCostModel
+from nni_hwaware.errors import HwAwareError
+from nni_hwaware.strategies.budget import Budget
+from nni_hwaware.strategies.correction import CostCorrection
+from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
+
+LABELS, VALUES = 6, 4
+#: The table's per-value latency (ms) of every label, and a fixed part.
+TABLE = np.array([[0.2, 0.5, 0.9, 1.4]] * LABELS) * np.linspace(0.8, 1.2, LABELS)[:, None]
+FIXED = 0.5
+#: On the chip, everything is 1.3x the table's prediction, and value 3 of label 0 is 1.6x more.
+SCALE, BIAS_LABEL, BIAS_VALUE, BIAS = 1.3, 0, 3, 1.6
+
+
+def toy_model() -> SpaceCostModel:
+    choices = {f"l{i}": [f"v{j}" for j in range(VALUES)] for i in range(LABELS)}
+    factors = [CostFactor((f"l{i}",), {"latency_ms": TABLE[i]}) for i in range(LABELS)]
+    return SpaceCostModel(choices, factors, {"latency_ms": FIXED}, name="toy")
+
+
+def predicted(key: tuple[int, ...]) -> float:
+    return FIXED + float(sum(TABLE[i, j] for i, j in enumerate(key)))
+
+
+def measured(key: tuple[int, ...], rng: np.random.Generator) -> float:
+    bias = BIAS if key[BIAS_LABEL] == BIAS_VALUE else 1.0
+    return predicted(key) * SCALE * bias * float(rng.lognormal(0.0, 0.03))
+
+
+def accuracy(key: tuple[int, ...]) -> float:
+    """Bigger values are better, label 0's biggest most of all: the best networks sit at the budget's edge."""
+    return 0.5 + 0.05 * sum(key) + (0.2 if key[0] == BIAS_VALUE else 0.0)
+
+
+def test_the_correction_recovers_the_chips_scale_and_a_values_bias() -> None:
+    rng = np.random.default_rng(0)
+    correction = CostCorrection([VALUES] * LABELS)
+    for _ in range(120):
+        key = tuple(int(j) for j in rng.integers(VALUES, size=LABELS))
+        correction.add(key, {"latency_ms": predicted(key)}, {"latency_ms": measured(key, rng)})
+    plain = (0, 1, 2, 0, 1, 2)
+    biased = (BIAS_VALUE, 1, 2, 0, 1, 2)
+    assert correction.factor("latency_ms", plain) == pytest.approx(SCALE, rel=0.05)
+    assert correction.factor("latency_ms", biased) == pytest.approx(SCALE * BIAS, rel=0.05)
+    summary = correction.summary()["latency_ms"]
+    assert summary["pairs"] == 120 and summary["spread_after"] < 0.5 * summary["spread_before"]
+    # the margin is the 90 % conformal quantile of the leave-one-out ratios: near the noise's
+    assert 1.0 < correction.margin("latency_ms") < math.exp(3 * 0.03)
+    # no memory was measured: nothing to correct
+    assert correction.factor("memory_mb", plain) == 1.0 and correction.count("memory_mb") == 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_conformal_margin_covers_fresh_networks_at_one_minus_delta(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    correction = CostCorrection([VALUES] * LABELS, delta=0.1)
+    assert correction.margin("latency_ms") == 1.0  # the prior, before any pair
+    for i in range(40):
+        key = tuple(int(j) for j in rng.integers(VALUES, size=LABELS))
+        correction.add(key, {"latency_ms": predicted(key)}, {"latency_ms": measured(key, rng) * rng.lognormal(0, 0.1)})
+        if i < 7:
+            assert correction.margin("latency_ms") == 1.0  # fewer than 1/delta - 1 pairs: still the prior
+    covered = []
+    for _ in range(400):
+        key = tuple(int(j) for j in rng.integers(VALUES, size=LABELS))
+        truth = measured(key, rng) * rng.lognormal(0, 0.1)
+        covered.append(truth <= correction.bound("latency_ms", key, predicted(key)))
+    assert 0.8 <= float(np.mean(covered)) <= 0.99
+
+
+def _run(seed: int, correct: bool, trials: int = 60) -> tuple[PPOSearch, list[bool]]:
+    rng = np.random.default_rng(100 + seed)
+    limit = 1.3 * predicted((2,) * LABELS)  # on the chip, about the 2/3 quantile of latencies
+    search = PPOSearch(toy_model(), Budget(latency_ms=limit), PPOConfig(seed=seed, correct=correct))
+    over = []
+    for _ in range(trials):
+        arch = search.ask()
+        assert arch is not None
+        key = search.actions_of(arch)
+        latency = measured(key, rng)
+        over.append(latency > limit)
+        search.tell(arch, {"default": accuracy(key), "latency_ms": latency})
+    return search, over
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_search_that_learns_from_measurements_stays_within_the_budget_as_measured(seed: int) -> None:
+    trusting, over_trusting = _run(seed, correct=False)
+    learning, over_learning = _run(seed, correct=True)
+    # the table under-predicts by 1.3x: trusting it, most proposals are over budget on the chip
+    assert np.mean(over_trusting[20:]) > 0.5
+    # learning from the first results, later proposals hold as measured (delta = 0.1, with noise)
+    assert np.mean(over_learning[20:]) <= 0.15
+    assert learning.correction.summary()["latency_ms"]["scale"] == pytest.approx(SCALE, rel=0.1)
+    # best() never names a network measured over budget
+    for search in (trusting, learning):
+        best = search.best()
+        if best is not None:
+            assert search.measured_within(search.actions_of(best[0]))
+    assert learning.measured_over_budget() == sum(over_learning)
+
+
+def test_best_is_none_when_every_result_was_measured_over_budget_and_the_search_stops_with_one_line() -> None:
+    search = PPOSearch(toy_model(), Budget(latency_ms=10.0), PPOConfig(seed=0))
+    largest = {f"l{i}": "v3" for i in range(LABELS)}  # 8.9 ms by the table: within the budget
+    search.tell(largest, {"default": 0.9, "latency_ms": 10.5})  # measured over it
+    second = search.ask()
+    assert second is not None
+    search.tell(second, {"default": 0.1, "latency_ms": 1.0})
+    assert search.best() == (second, 0.1) and search.measured_over_budget() == 1
+
+    search = PPOSearch(toy_model(), Budget(latency_ms=4.0), PPOConfig(seed=0))
+    arch = search.ask()
+    search.tell(arch, {"default": 0.9, "latency_ms": 10.0 * predicted(search.actions_of(arch))})
+    assert search.best() is None and search.measured_over_budget() == 1
+    assert search.ask() is None  # ten times the table: even the cheapest network (1.7 ms predicted) is over
+    assert search.unreachable.startswith("no network fits the latency_ms budget 4 as measured")
+    assert "\n" not in search.unreachable
+
+
+def test_the_correction_is_saved_and_restored_with_the_search_state() -> None:
+    search, _ = _run(0, correct=True, trials=15)
+    state = search.state_dict()
+    again = PPOSearch(toy_model(), search.budget, search.config)
+    again.load_state_dict(state)
+    assert again.correction.summary() == search.correction.summary()
+    assert again.limits == search.limits and again.history.measured == search.history.measured
+    arch = {f"l{i}": "v1" for i in range(LABELS)}
+    assert again.corrected(arch) == search.corrected(arch)
+
+
+@pytest.mark.parametrize(("options", "message"), [({"delta": 0.0}, "delta must be"),
+                                                   ({"shrinkage": -1.0}, "shrinkage must be"),
+                                                   ({"prior_margin": 0.0}, "prior_margin must be")])
+def test_bad_correction_options_are_one_line_errors(options: dict, message: str) -> None:
+    with pytest.raises(HwAwareError, match=message):
+        CostCorrection([VALUES] * LABELS, **options)
+    with pytest.raises(HwAwareError, match=message.replace(" must be", "")):
+        PPOConfig(**options)
+
+
+def test_the_retraining_trial_picks_the_best_network_measured_within_the_budget() -> None:
+    from nni_hwaware.report.search import _calibration, best_trial, measured_within
+
+    trials = [{"arch": {"l0": "v3"}, "default": 0.95, "latency_ms": 5.5, "predicted_latency_ms": 4.0},
+              {"arch": {"l0": "v2"}, "default": 0.90, "latency_ms": 4.5, "predicted_latency_ms": 3.5},
+              {"arch": {"l0": "v1"}, "default": 0.80, "latency_ms": 3.0, "predicted_latency_ms": 2.5}]
+    assert best_trial(trials)["default"] == 0.95  # no budget: the most accurate
+    assert best_trial(trials, {"latency_ms": 5.0})["default"] == 0.90  # the best that fits as measured
+    assert not measured_within(trials[0], {"latency_ms": 5.0}) and measured_within(trials[0], {"flops": 1.0})
+    chosen = best_trial(trials, {"latency_ms": 2.0})  # none fits: the best of all, and the report says so
+    assert chosen["default"] == 0.95 and not measured_within(chosen, {"latency_ms": 2.0})
+    lines = _calibration(trials, {"latency_ms": 2.0})["lines"]
+    assert any(line.startswith("no search trial was measured within the latency_ms budget") for line in lines)
+    assert not any("no search trial" in line for line in _calibration(trials, {"latency_ms": 5.0})["lines"])

@@ -152,3 +152,74 @@ def test_oneshot_vs_baseline_over_seeds_ends_with_one_json_line(oneshot: ModuleT
 def test_the_sweep_needs_three_points(oneshot: ModuleType, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="at least 3 points"):
         oneshot.main(["--config", str(_tiny(tmp_path, targets=["40%"])), "--out", str(tmp_path / "o"), "--quick"])
+
+
+@pytest.fixture(scope="module")
+def proxyless() -> ModuleType:
+    return _benchmark("proxyless_comparison")
+
+
+def test_proxyless_comparison_runs_under_the_harness_when_asked(proxyless: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from nni_hwaware.profiling import load
+
+    events: list[Any] = []
+
+    class FakeLoad:
+        def __init__(self, seed: int, seconds: float) -> None:
+            events.append(("load", seed, seconds))
+            self.pids = [1]
+
+        def __enter__(self) -> FakeLoad:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            events.append("stop")
+
+    monkeypatch.setattr(load, "BackgroundLoad", FakeLoad)
+    monkeypatch.setattr(proxyless, "run", lambda args: events.append(("run", args.seeds, args.epochs)) or {})
+    result = proxyless.main(["--seeds", "2", "--seed", "3", "--load", "--quick"])
+    assert events == [("load", 3, 4 * 3600.0), ("run", 2, 1), "stop"]
+    assert result["load"] == {"seed": 3, "seconds": 4 * 3600.0, "workers": 1}
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+
+
+def test_proxyless_comparison_over_seeds_ends_with_one_json_line(proxyless: ModuleType, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Ours and NNI's Proxyless, DARTS and GumbelDARTS on the two-layer space; a peer that fails is one line."""
+    real = proxyless._nni_strategy
+
+    def flaky(name: str, penalty: Any, arc_lr: float) -> Any:
+        if name == "nni_darts":
+            raise RuntimeError("this peer does not run here")
+        return real(name, penalty, arc_lr)
+
+    monkeypatch.setattr(proxyless, "_nni_strategy", flaky)
+    _tiny(tmp_path)
+    result = proxyless.main(["--space", str(tmp_path / "tiny_space.json"), "--table", str(tmp_path / "tiny_table.csv"),
+                             "--out", str(tmp_path / "out"), "--seeds", "2", "--seed", "4", "--quick",
+                             "--threads", "1"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == json.loads(json.dumps(result, default=float))
+    assert result["seeds"] == [4, 5] and result["strategies"] == ["ours", "nni_proxyless", "nni_darts",
+                                                                   "nni_gumbel_darts"]
+    assert result["ran"] == ["ours", "nni_proxyless", "nni_gumbel_darts"]
+    for record in result["per_seed"]:
+        assert record["strategies"]["nni_darts"] == {"error": "RuntimeError: this peer does not run here"}
+        assert set(record["ours_vs"]) == {"nni_proxyless", "nni_gumbel_darts"}
+        ours = record["strategies"]["ours"]
+        assert ours["within_target"]  # our export fits the target by the table, in every seed
+        assert ours["predicted_latency_ratio"] <= 0.6 + 1e-9
+        assert ours["meets"] == proxyless.meets(ours, 0.6) and ours["meets_targets"] == all(ours["meets"].values())
+        low, high = ours["latency_ratio_ci95"]
+        assert low <= ours["latency_ratio"] <= high
+    for name in result["ran"]:
+        values = [r["strategies"][name]["latency_ratio"] for r in result["per_seed"]]
+        assert result["summary"][name]["latency_ratio"]["median"] == pytest.approx(statistics.median(values))
+        assert result["summary"][name]["latency_ratio"]["n"] == 2
+    assert result["summary"]["nni_darts"]["latency_ratio"]["n"] == 0
+    assert result["all_seeds_meet_targets"] == all(r["strategies"]["ours"]["meets_targets"]
+                                                   for r in result["per_seed"])
+    assert result["meets_targets"]["nni_darts"] is False
+    assert "| 4 | nni_darts | failed: RuntimeError: this peer does not run here |" in "\n".join(out)

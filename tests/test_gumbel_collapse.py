@@ -127,6 +127,21 @@ def test_the_pipeline_retrains_the_pre_collapse_network_and_its_summary_says_why
     assert summary["searched"]["extra"]["search_collapse"]["collapsed_arch"] == {"layer": "zero"}
 
 
+def test_the_trials_final_result_names_the_form_and_the_collapse() -> None:
+    from nni_hwaware.strategies.gumbel.trial import final_metrics
+
+    searched = {"val_top1": 0.9, "test_top1": 0.9, "test_top3": 1.0, "val_top3": 1.0, "latency_ms": 1.0,
+                "memory_mb": 1.0, "predicted_latency_ms": 1.0, "predicted_memory_mb": 1.0, "params": 1, "flops": 1}
+    summary = {"searched": searched, "baseline": None, "search_seconds": 3.0, "arch": {"layer": "linear"},
+               "alpha": None, "latency_target": "45%", "memory_target": "51%",
+               "collapse": {"line": "the search collapsed at stage all epoch 1: ..."}}
+    final = final_metrics(summary)
+    assert (final["latency_target"], final["memory_target"]) == ("45%", "51%") and "alpha" not in final
+    assert final["collapse"] == "the search collapsed at stage all epoch 1: ..."
+    fixed = final_metrics({**summary, "alpha": 1.5, "latency_target": None, "memory_target": None, "collapse": None})
+    assert fixed["alpha"] == 1.5 and "latency_target" not in fixed and "collapse" not in fixed
+
+
 def test_a_costly_loss_that_still_learns_is_not_a_collapse(tmp_path: Path) -> None:
     """The cost terms dominate (weight 1000) but the accuracy share is set below what the network
     reaches: no collapse, the search runs every epoch."""

@@ -13,7 +13,8 @@ baseline, report) and reports to NNI:
   test_top1, test_top3, latency_ms, memory_mb (measured), predicted_latency_ms,
   predicted_memory_mb, params, flops, latency_ratio, memory_ratio (vs the
   baseline), top1_drop_pp, top3_drop_pp, search_seconds, arch}`` and ``alpha`` (fixed-weight
-  form) or ``latency_target`` / ``memory_target`` (target form).
+  form) or ``latency_target`` / ``memory_target`` (target form), and ``collapse`` (the
+  collapse guard's line) when the search stopped on one.
 
 A search that fails on bad input or diverges (NaN/inf loss: the stage, epoch,
 step and last finite losses are named) prints one line to stderr
@@ -65,6 +66,8 @@ def final_metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("alpha", "latency_target", "memory_target"):  # the search's form: a fixed weight or its targets
         if summary.get(key) is not None:
             final[key] = summary[key]
+    if summary.get("collapse"):  # the search stopped on a collapse: the portal shows why
+        final["collapse"] = summary["collapse"]["line"]
     return final
 
 

@@ -179,3 +179,26 @@ def test_probe_drift_and_median_interval() -> None:
 def test_bad_options_are_one_line_errors(options: dict, message: str) -> None:
     with pytest.raises(HwAwareError, match=message):
         time_in_rounds([lambda: None], **options)
+
+
+def test_samples_read_the_threads_cpu_time_on_one_cpu_thread_and_the_budget_reads_its_own_clock() -> None:
+    import time
+
+    from nni_hwaware.profiling.rounds import sample_clock
+
+    assert sample_clock("cpu", 1) is time.thread_time  # preempted time is not the network's
+    assert sample_clock("cpu", 4) is time.perf_counter and sample_clock("cuda:0", 1) is time.perf_counter
+    # a sample clock that barely moves cannot stretch the budget: it is read on the budget's clock
+    ticks, wall = [0.0], [0.0]
+
+    calls = [0]
+
+    def run() -> None:
+        calls[0] += 1
+        ticks[0] += 1e-3 * (1 + calls[0] % 2)  # 1 or 2 ms of CPU: never within a 0 % target
+        wall[0] += 0.5  # half a second of wall time per call (the core is shared)
+
+    timing = time_in_rounds([run], min_rounds=3, max_rounds=1000, max_seconds=5.0, target=0.0,
+                            clock=lambda: ticks[0], budget_clock=lambda: wall[0])
+    assert timing.rounds < 20 and timing.seconds >= 5.0
+    assert timing[0].ms == pytest.approx(1.0)  # its 10th percentile, in CPU ms

@@ -21,10 +21,12 @@ import logging
 import os
 import socket
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from nni_hwaware.errors import HwAwareError, one_line
@@ -80,7 +82,7 @@ def time_onnx(found: str | os.PathLike[str], baseline: str | os.PathLike[str], i
 
     from nni_hwaware.profiling.backends import onnx_session
     from nni_hwaware.profiling.chips import fixed_threads
-    from nni_hwaware.profiling.rounds import time_in_rounds
+    from nni_hwaware.profiling.rounds import sample_clock, time_in_rounds
 
     example = np.random.default_rng(seed).standard_normal((batch_size, *input_shape)).astype(np.float32)
     with fixed_threads(threads):
@@ -89,7 +91,8 @@ def time_onnx(found: str | os.PathLike[str], baseline: str | os.PathLike[str], i
             session = onnx_session(path)
             feed = {session.get_inputs()[0].name: example}
             runners.append(lambda s=session, f=feed: s.run(None, f))
-        timing = time_in_rounds(runners, min_rounds=20, max_seconds=seconds, min_sample_ms=2.0, seed=seed)
+        timing = time_in_rounds(runners, min_rounds=20, max_seconds=seconds, min_sample_ms=2.0, seed=seed,
+                                clock=sample_clock("cpu", torch.get_num_threads()), budget_clock=time.perf_counter)
     ratio = timing.ratio(0, 1)
     return {"found_ms": timing[0].ms, "baseline_ms": timing[1].ms,
             "latency_ratio": ratio["ratio"], "latency_ratio_ci95": ratio["ci95"], "rounds": timing.rounds,

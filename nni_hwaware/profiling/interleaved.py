@@ -10,6 +10,7 @@ logarithms.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ from torch import nn
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling.backends import get_backend
 from nni_hwaware.profiling.chips import fixed_threads
-from nni_hwaware.profiling.rounds import time_in_rounds
+from nni_hwaware.profiling.rounds import sample_clock, time_in_rounds
 
 __all__ = ["interleaved_latency"]
 
@@ -42,6 +43,7 @@ def interleaved_latency(a: nn.Module, b: nn.Module, input_shape: tuple[int, ...]
         example = torch.randn((batch_size, *input_shape), generator=generator)
         runners = [runtime.prepare(net, example, device) for net in (a, b)]
         timing = time_in_rounds(runners, min_sample_ms=min_sample_ms, min_rounds=rounds,
+                                clock=sample_clock(device, torch.get_num_threads()), budget_clock=time.perf_counter,
                                 max_rounds=max(rounds, 1000), target=target, max_seconds=max_seconds, seed=seed)
     ratio = timing.ratio(1, 0)
     low, high = ratio["ci95"]

@@ -10,6 +10,7 @@ count and one seeded input.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from nni_hwaware.profiling.rounds import (
     ItemTiming,
     RoundsTiming,
     check_timing,
+    sample_clock,
     time_in_rounds,
 )
 
@@ -144,7 +146,9 @@ def measure_modules(
                 runners.append(runner)
             timing = time_in_rounds(runners, probe=probe, warmup=warmup, min_sample_ms=min_sample_ms,
                                     min_rounds=min_rounds, max_rounds=max_rounds, target=target,
-                                    max_seconds=max_seconds, seed=seed)
+                                    max_seconds=max_seconds, seed=seed,
+                                    clock=sample_clock(str(dev), torch.get_num_threads()),
+                                    budget_clock=time.perf_counter)
     finally:
         for module, mode in zip(modules, modes, strict=True):
             module.train(mode)

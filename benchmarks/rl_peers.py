@@ -56,9 +56,11 @@ def nni_ppo_tuner(seed: int) -> Any:
     return PPOTuner(optimize_mode="maximize")
 
 
-def run_policy_based_rl(suite: Any, seed: int, max_trials: int, summarise: Callable[..., dict[str, Any]]
-                        ) -> dict[str, Any]:
-    """PolicyBasedRL through NasExperiment (sequential engine), each trial a table look-up."""
+def run_policy_based_rl(suite: Any, seed: int, max_trials: int, summarise: Callable[..., dict[str, Any]],
+                        judge: str = "measured") -> dict[str, Any]:
+    """PolicyBasedRL through NasExperiment (sequential engine), each trial a table look-up
+    (``judge``: feasible as measured or by the model)."""
+    feasible = suite.feasible_measured if judge == "measured" else suite.feasible
     import torch
     from nni.nas.evaluator import FunctionalEvaluator
     from nni.nas.experiment import NasExperiment, NasExperimentConfig
@@ -91,7 +93,7 @@ def run_policy_based_rl(suite: Any, seed: int, max_trials: int, summarise: Calla
     def evaluate(model: Any) -> None:
         row = suite.rows[tuple(str(model.arch[k]) for k in labels)]
         sequence.append(row)
-        nni.report_final_result(float(suite.accuracy[row]) if suite.feasible[row] else 0.0)
+        nni.report_final_result(float(suite.accuracy[row]) if feasible[row] else 0.0)
 
     import nni.nas.strategy.base as strategy_base
 

@@ -15,12 +15,20 @@ Suites (``--suites``; names match by prefix):
 
 Every strategy is driven through NNI's Tuner interface (``update_search_space`` /
 ``generate_parameters`` / ``receive_trial_result``) and a trial is a table
-look-up. Feasible means under the budget by the cost model the search masks with;
-an infeasible trial is reported as a failure (accuracy 0). ``random_feasible`` is
-uniform over the untried feasible architectures: what budget masking alone gives.
-``ppo`` is :class:`~nni_hwaware.strategies.ppo.tuner.PPOTuner` on the tabular
-suite and :class:`~nni_hwaware.strategies.ppo.core.PPOSearch` behind the same
-Tuner calls on NB201, both with :class:`PPOConfig`'s defaults plus ``--ppo``.
+look-up that reports the accuracy and the **measured** latency, as a trial on the
+device would. Feasible means under the budget **as measured** (``--judge measured``,
+the default): a trial over it is reported as a failure (accuracy 0), and regret is
+against the best network that fits as measured. ``--judge model`` judges by the cost
+model the search masks with instead (the figures before the search learned from
+measurements). Either way each run also gives the other judgment's regrets
+(``model_regret_at_*`` / ``regret_at_*``) and both over-budget counts.
+``random_feasible`` is uniform over the untried architectures feasible by the model:
+what budget masking alone gives. ``ppo`` is
+:class:`~nni_hwaware.strategies.ppo.tuner.PPOTuner` on the tabular suite and
+:class:`~nni_hwaware.strategies.ppo.core.PPOSearch` behind the same Tuner calls on
+NB201, both with :class:`PPOConfig`'s defaults plus ``--ppo``; the ablations
+``ppo_no_correction`` (the table trusted: ``correct=False``) and ``ppo_no_margin``
+(corrected, no conformal margin) run the same core.
 NNI's own RL searchers (``policy_based_rl``, ``nni_ppo``) run where their extra
 packages are installed (see :mod:`rl_peers`), else the output says ``skipped``.
 
@@ -28,8 +36,11 @@ Per suite and strategy, over ``--seeds`` seeds: median trials until the best
 feasible architecture is trained (censored at ``max_trials + 1``), mean regret
 (best feasible accuracy minus the best found) at 25 / 50 / 100 trials,
 proposals over budget against the model and against the measured latency, and
-milliseconds per decision (``generate_parameters``) and per result. The last
-line is one JSON object.
+milliseconds per decision (``generate_parameters``) and per result, and for PPO
+runs whether the best they report (``PPOSearch.best``) is over budget as measured.
+The last line is one JSON object, with ``over_budget_measured_share`` (PPO's
+proposals over the measured budget, of all its proposals) and
+``best_over_budget_measured_runs``.
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from functools import cache
+from functools import cache, partial
 from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
@@ -64,7 +75,10 @@ from nni_hwaware.strategies.ppo.config import PPOConfig
 DATA = Path(__file__).parent / "data"
 SPACE = "digits_tiny"
 NNI_TUNERS = ("random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
-STRATEGIES = ("ppo", "random_feasible", "random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
+STRATEGIES = ("ppo", "ppo_no_correction", "ppo_no_margin", "random_feasible", "random", "tpe",
+              "regularized_evolution", "policy_based_rl", "nni_ppo")
+#: The PPO ablations: the options each adds to ``--ppo``.
+ABLATIONS = {"ppo_no_correction": {"correct": False}, "ppo_no_margin": {"margin": False}}
 CHECKPOINTS = (25, 50, 100)
 #: Accuracy points below which a regret is 0 (the benchmarks' accuracies have two decimals).
 REGRET_FLOOR = 0.01
@@ -134,6 +148,8 @@ def make_tuner(name: str, suite: Suite, seed: int, ppo: dict[str, Any]) -> Any:
     from nni.algorithms.hpo.regularized_evolution_tuner import RegularizedEvolutionTuner
     from nni.algorithms.hpo.tpe_tuner import TpeTuner
 
+    if name in ABLATIONS:
+        return CoreTuner(suite, {**ppo, **ABLATIONS[name], "seed": seed})
     if name == "ppo":
         if suite.kind == "tabular":
             from nni_hwaware.strategies.ppo.tuner import PPOTuner
@@ -182,17 +198,19 @@ def search_space(suite: Suite, kind: str = "choice") -> dict[str, Any]:
     return {label: {"_type": kind, "_value": list(values)} for label, values in suite.choices.items()}
 
 
-def run(tuner: Any, suite: Suite, max_trials: int) -> dict[str, Any]:
-    """A tuner through NNI's Tuner interface, each trial a table look-up."""
+def run(tuner: Any, suite: Suite, max_trials: int, judge: str = "measured") -> dict[str, Any]:
+    """A tuner through NNI's Tuner interface, each trial a table look-up (``judge``: what counts as feasible)."""
     from nni.algorithms.hpo.regularized_evolution_tuner import RegularizedEvolutionTuner
 
     # NNI's evolution and PPO tuners take layer_choice parameters, not choice
     layer = isinstance(tuner, RegularizedEvolutionTuner) or type(tuner).__module__.startswith("nni.algorithms.hpo.ppo")
     tuner.update_search_space(search_space(suite, "layer_choice" if layer else "choice"))
+    feasible, best = (suite.feasible_measured, suite.best_measured) if judge == "measured" else (suite.feasible,
+                                                                                                suite.best)
     sequence: list[int] = []
     decide = learn = 0.0
     for trial in range(max_trials):
-        if trial >= CHECKPOINTS[-1] and any(suite.feasible[i] and suite.accuracy[i] >= suite.best for i in sequence):
+        if trial >= CHECKPOINTS[-1] and any(feasible[i] and suite.accuracy[i] >= best for i in sequence):
             break  # the best is found and regret at 100 is known
         start = time.perf_counter()
         try:
@@ -204,25 +222,38 @@ def run(tuner: Any, suite: Suite, max_trials: int) -> dict[str, Any]:
         arch = tuple(str(v.get("_value") if isinstance(v, dict) else v) for v in (params[k] for k in suite.labels))
         row = suite.rows[arch]
         sequence.append(row)
-        metric = {"default": float(suite.accuracy[row]) if suite.feasible[row] else 0.0,
+        metric = {"default": float(suite.accuracy[row]) if feasible[row] else 0.0,
                   "latency_ms": float(suite.measured_ms[row]), "arch": json.dumps(dict(zip(suite.labels, arch, strict=False)))}
         start = time.perf_counter()
         tuner.receive_trial_result(trial, params, metric)
         tuner.trial_end(trial, True)
         learn += time.perf_counter() - start
-    return summarise(sequence, suite, max_trials, decide, learn)
+    out = summarise(sequence, suite, max_trials, decide, learn, judge)
+    search = getattr(tuner, "search", None)
+    if search is not None and hasattr(search, "best"):
+        reported = search.best()
+        out["best_over_budget_measured"] = bool(
+            reported is not None and suite.measured_ms[suite.rows[tuple(reported[0][k] for k in suite.labels)]]
+            > suite.budget_ms * (1 + 1e-9))
+    return out
 
 
-def summarise(sequence: list[int], suite: Suite, max_trials: int, decide_s: float, learn_s: float) -> dict[str, Any]:
-    """The figures of one run from its trials in order (rows of the suite)."""
-    feasible = [bool(suite.feasible[i]) for i in sequence]
-    found = next((t + 1 for t, (i, ok) in enumerate(zip(sequence, feasible, strict=False)) if ok and suite.accuracy[i] >= suite.best),
-                 None)
-    out: dict[str, Any] = {"trials_to_best": found if found is not None else max_trials + 1}
-    for k in CHECKPOINTS:
-        best = max([float(suite.accuracy[i]) for i, ok in zip(sequence[:k], feasible[:k], strict=False) if ok], default=0.0)
-        out[f"regret_at_{k}"] = suite.best - best
-    out["over_budget_model"] = sum(not ok for ok in feasible)
+def summarise(sequence: list[int], suite: Suite, max_trials: int, decide_s: float, learn_s: float,
+              judge: str = "measured") -> dict[str, Any]:
+    """The figures of one run from its trials in order (rows of the suite), judged as ``judge`` says;
+    the regrets of the other judgment too (``model_regret_at_*`` or ``measured_regret_at_*``)."""
+    judgments = {"measured": (suite.feasible_measured, suite.best_measured), "model": (suite.feasible, suite.best)}
+    mask, best_value = judgments[judge]
+    feasible = [bool(mask[i]) for i in sequence]
+    found = next((t + 1 for t, (i, ok) in enumerate(zip(sequence, feasible, strict=False))
+                  if ok and suite.accuracy[i] >= best_value), None)
+    out: dict[str, Any] = {"judge": judge, "trials_to_best": found if found is not None else max_trials + 1}
+    for name, (other, other_best) in judgments.items():
+        prefix = "" if name == judge else f"{name}_"
+        for k in CHECKPOINTS:
+            best = max([float(suite.accuracy[i]) for i in sequence[:k] if other[i]], default=0.0)
+            out[f"{prefix}regret_at_{k}"] = other_best - best
+    out["over_budget_model"] = sum(not suite.feasible[i] for i in sequence)
     out["over_budget_measured"] = sum(bool(suite.measured_ms[i] > suite.budget_ms) for i in sequence)
     out["trials"] = len(sequence)
     out["decision_ms"] = 1000 * decide_s / max(1, len(sequence))
@@ -230,16 +261,17 @@ def summarise(sequence: list[int], suite: Suite, max_trials: int, decide_s: floa
     return out
 
 
-def one_run(task: tuple[str, str, int, dict[str, Any]]) -> tuple[str, str, dict[str, Any]]:
-    suite_name, name, seed, ppo = task
+def one_run(task: tuple[str, str, int, dict[str, Any], str]) -> tuple[str, str, dict[str, Any]]:
+    suite_name, name, seed, ppo, judge = task
     logging.getLogger("nni").setLevel(logging.ERROR)
     suite = get_suite(suite_name)
     max_trials = suite.max_trials
     if name == "policy_based_rl":
         from rl_peers import run_policy_based_rl
 
-        return suite_name, name, run_policy_based_rl(suite, seed, max_trials, summarise)
-    return suite_name, name, run(make_tuner(name, suite, seed, ppo), suite, max_trials)
+        return suite_name, name, run_policy_based_rl(suite, seed, max_trials, partial(summarise, judge=judge),
+                                                     judge=judge)
+    return suite_name, name, run(make_tuner(name, suite, seed, ppo), suite, max_trials, judge)
 
 
 def available(name: str) -> str | None:
@@ -250,12 +282,21 @@ def available(name: str) -> str | None:
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"median_trials_to_best": statistics.median(r["trials_to_best"] for r in runs),
+    other = next(k.split("_regret")[0] for k in runs[0] if k.endswith("_regret_at_100"))
+    trials = sum(r["trials"] for r in runs)
+    out = {"median_trials_to_best": statistics.median(r["trials_to_best"] for r in runs),
             **{f"mean_regret_at_{k}": statistics.mean(r[f"regret_at_{k}"] for r in runs) for k in CHECKPOINTS},
+            **{f"mean_{other}_regret_at_{k}": statistics.mean(r[f"{other}_regret_at_{k}"] for r in runs)
+               for k in CHECKPOINTS},
             "over_budget_model": sum(r["over_budget_model"] for r in runs),
             "over_budget_measured": sum(r["over_budget_measured"] for r in runs),
+            "over_budget_measured_share": sum(r["over_budget_measured"] for r in runs) / max(1, trials),
+            "proposals": trials,
             "decision_ms": statistics.median(r["decision_ms"] for r in runs),
             "result_ms": statistics.median(r["result_ms"] for r in runs), "runs": len(runs)}
+    if any("best_over_budget_measured" in r for r in runs):
+        out["best_over_budget_measured_runs"] = sum(bool(r.get("best_over_budget_measured")) for r in runs)
+    return out
 
 
 def _geomean(values: list[float]) -> float:
@@ -265,7 +306,7 @@ def _geomean(values: list[float]) -> float:
 def headline(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The closing figures: PPO against random over the feasible set and against NNI's tuners."""
     out: dict[str, Any] = {}
-    ratios, tabular, beats = [], [], {}
+    ratios, tabular, beats, other_ratios, below = [], [], {}, [], {}
     for name, result in suites.items():
         ppo, masked = result.get("ppo"), result.get("random_feasible")
         if not isinstance(ppo, dict):
@@ -274,6 +315,12 @@ def headline(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
             a, b = ppo["mean_regret_at_100"], masked["mean_regret_at_100"]
             # regrets below the data's resolution (accuracies to 0.01 points) count as 0.01
             ratios.append(max(a, REGRET_FLOOR) / max(b, REGRET_FLOOR))
+            other = next((k for k in ppo if k.startswith("mean_") and k.endswith("_regret_at_100")
+                          and k != "mean_regret_at_100"), None)
+            if other and other in masked:
+                other_ratios.append(max(ppo[other], REGRET_FLOOR) / max(masked[other], REGRET_FLOOR))
+            below[name] = ppo["over_budget_measured_share"] < masked["over_budget_measured_share"] or \
+                ppo["over_budget_measured_share"] == 0
             if name.startswith("tabular"):
                 tabular.append(ppo["median_trials_to_best"] / masked["median_trials_to_best"])
         others = {k: v for k, v in result.items() if k in NNI_TUNERS and isinstance(v, dict)}
@@ -281,10 +328,17 @@ def headline(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
                           (ppo["mean_regret_at_100"] == v["mean_regret_at_100"] and
                            ppo["median_trials_to_best"] < v["median_trials_to_best"]) for v in others.values())
     out["regret100_ratio_vs_masked_random"] = _geomean(ratios)
+    out["regret100_ratio_vs_masked_random_other_judgment"] = _geomean(other_ratios)
     out["trials_to_best_ratio_vs_masked_random"] = _geomean(tabular)
     out["over_budget_model"] = sum(r["ppo"]["over_budget_model"] for r in suites.values() if isinstance(r.get("ppo"), dict))
     out["over_budget_measured"] = sum(r["ppo"]["over_budget_measured"] for r in suites.values()
                                       if isinstance(r.get("ppo"), dict))
+    ppo_runs = [r["ppo"] for r in suites.values() if isinstance(r.get("ppo"), dict)]
+    trials = sum(r.get("proposals", 0) for r in ppo_runs)
+    out["over_budget_measured_share"] = (out["over_budget_measured"] / trials) if trials else 0.0
+    out["over_budget_below_random_feasible_in_every_suite"] = all(below.values()) if below else None
+    out["suites_over_budget_not_below"] = [k for k, v in below.items() if not v]
+    out["best_over_budget_measured_runs"] = sum(r.get("best_over_budget_measured_runs", 0) for r in ppo_runs)
     times = [r["ppo"]["decision_ms"] for r in suites.values() if isinstance(r.get("ppo"), dict)]
     out["decision_ms"] = statistics.median(times) if times else math.nan
     out["beats_every_nni_tuner"] = all(beats.values()) if beats else None
@@ -298,6 +352,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--suites", nargs="*", help="suite names or prefixes (default: all)")
     parser.add_argument("--strategies", nargs="*", choices=STRATEGIES)
     parser.add_argument("--ppo", default="{}", help="PPO options as JSON (see PPOConfig), e.g. for ablations")
+    parser.add_argument("--judge", choices=("measured", "model"), default="measured",
+                        help="feasible as measured on the device (default) or by the cost model")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes)")
     parser.add_argument("--out", help="also write the per-suite figures here (JSON)")
     parser.add_argument("--merge", nargs="*", default=[], help="per-suite figures of earlier runs (--out files)")
@@ -313,7 +369,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             strategies.remove(name)
             for s in names:
                 suites[s][name] = f"skipped: {why}"
-    tasks = [(s, name, seed, ppo) for s in names for name in strategies for seed in range(args.seeds)]
+    tasks = [(s, name, seed, ppo, args.judge) for s in names for name in strategies for seed in range(args.seeds)]
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     mapper: Callable[..., Any]
     # NNI's PPOTuner builds its TensorFlow graph in the process's default graph: one run per process.
@@ -335,7 +391,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         suites[s]["feasible"] = int(get_suite(s).feasible.sum())
     if args.out:
         Path(args.out).write_text(json.dumps(suites, indent=1))
-    out = {"seeds": args.seeds, "ppo_options": {**ppo}, "suites": suites, **headline(suites)}
+    out = {"seeds": args.seeds, "judge": args.judge, "ppo_options": {**ppo}, "suites": suites, **headline(suites)}
     print(json.dumps(out))
     return out
 

@@ -68,7 +68,7 @@ class CostCorrection:
     """Online correction of a cost model's predictions from measured pairs, with a conformal margin."""
 
     def __init__(self, n_values: Sequence[int], *, delta: float = 0.1, shrinkage: float = 4.0,
-                 prior_margin: float = 1.0, metrics: Sequence[str] = CORRECTED) -> None:
+                 prior_margin: float = 1.0, metrics: Sequence[str] = CORRECTED, use_margin: bool = True) -> None:
         if not 0 < delta < 1:
             raise HwAwareError(f"delta must be between 0 and 1 (e.g. 0.1), got {delta!r}")
         if not (math.isfinite(shrinkage) and shrinkage > 0):
@@ -78,6 +78,8 @@ class CostCorrection:
         self.n_values = [int(n) for n in n_values]
         self.delta, self.shrinkage, self.prior_margin = float(delta), float(shrinkage), float(prior_margin)
         self.metrics = tuple(metrics)
+        #: False: the margin is 1 (the corrected prediction alone must fit).
+        self.use_margin = bool(use_margin)
         self.pairs: dict[str, list[tuple[tuple[int, ...], float, float]]] = {m: [] for m in self.metrics}
         self.fits: dict[str, MetricCorrection] = {m: MetricCorrection() for m in self.metrics}
 
@@ -139,6 +141,8 @@ class CostCorrection:
 
     def margin(self, metric: str) -> float:
         """The ``1 - delta`` conformal quantile of measured / corrected (the prior margin until enough pairs)."""
+        if not self.use_margin:
+            return 1.0
         loo = self.fits[metric].loo if metric in self.fits else np.zeros(0)
         n = len(loo)
         rank = math.ceil((n + 1) * (1 - self.delta))

@@ -84,6 +84,9 @@ class PPOConfig:
     budget by the corrected prediction times a conformal margin (False: trust the table)."""
     delta: float = 0.1
     """A proposal must fit the budget, as measured, with probability at least 1 - delta."""
+    margin: bool = True
+    """Check proposals by the corrected prediction times the conformal margin (False: the corrected
+    prediction alone, an ablation)."""
     shrinkage: float = 4.0
     """Ridge weight that shrinks each (label, value) residual of the correction toward zero."""
     prior_margin: float = 1.0

@@ -100,7 +100,7 @@ class PPOSearch:
         c = self.config
         #: The table's predictions corrected by what the chip measured (None: the table is trusted).
         self.correction = CostCorrection([len(v) for v in self.candidates], delta=c.delta, shrinkage=c.shrinkage,
-                                         prior_margin=c.prior_margin) if c.correct else None
+                                         prior_margin=c.prior_margin, use_margin=c.margin) if c.correct else None
         self._predicted: dict[tuple[int, ...], dict[str, float]] = {}
         #: Why no network can fit the budget as measured (None while some can): the search then stops.
         self.unreachable: str | None = None

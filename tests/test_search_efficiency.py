@@ -1,0 +1,45 @@
+"""benchmarks/search_efficiency.py judges a search on what the device measured, and keeps the model's judgment beside it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from nb201 import Suite
+from search_efficiency import aggregate, headline, summarise
+
+
+def toy_suite() -> Suite:
+    """Four networks: the model says three fit the 10 ms budget; as measured only two do."""
+    archs = {("a",): 0, ("b",): 1, ("c",): 2, ("d",): 3}
+    return Suite("toy", "nb201", {"x": ["a", "b", "c", "d"]}, archs,
+                 accuracy=np.array([90.0, 80.0, 70.0, 95.0]), measured_ms=np.array([12.0, 9.0, 5.0, 20.0]),
+                 model_ms=np.array([9.5, 8.0, 4.0, 20.0]), budget_ms=10.0, model=None, max_trials=3)
+
+
+def test_a_network_over_budget_as_measured_is_no_find_and_the_models_judgment_is_kept_beside() -> None:
+    suite = toy_suite()
+    assert suite.best == 90.0 and suite.best_measured == 80.0
+    run = summarise([0, 2], suite, 3, 0.0, 0.0)  # a (over as measured), then c
+    assert run["judge"] == "measured" and run["regret_at_25"] == pytest.approx(10.0)  # best fit found: c, 70
+    assert run["model_regret_at_25"] == pytest.approx(0.0)  # by the model, a (90) fits
+    assert run["over_budget_measured"] == 1 and run["over_budget_model"] == 0
+    by_model = summarise([0, 2], suite, 3, 0.0, 0.0, judge="model")
+    assert by_model["regret_at_25"] == 0.0 and by_model["measured_regret_at_25"] == pytest.approx(10.0)
+    assert by_model["trials_to_best"] == 1 and run["trials_to_best"] == 4  # censored: b never tried
+
+
+def test_the_headline_gives_the_share_of_proposals_over_the_measured_budget() -> None:
+    suite = toy_suite()
+    ppo = aggregate([{**summarise([1, 2], suite, 3, 0.0, 0.0), "best_over_budget_measured": False}] * 2)
+    masked = aggregate([summarise([0, 1, 2], suite, 3, 0.0, 0.0)] * 2)
+    figures = headline({"toy": {"ppo": ppo, "random_feasible": masked}})
+    assert figures["over_budget_measured_share"] == 0.0 and masked["over_budget_measured_share"] == pytest.approx(1 / 3)
+    assert figures["over_budget_below_random_feasible_in_every_suite"] is True
+    assert figures["best_over_budget_measured_runs"] == 0
+    assert figures["regret100_ratio_vs_masked_random"] == pytest.approx(1.0)

@@ -415,19 +415,30 @@ def _add_search_gumbel(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="output directory (overrides the config's out)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="override config options, e.g. --set penalty.alpha=2 stages.max_epochs=8")
+    parser.add_argument("--refit", action="store_true",
+                        help="then search once more with each target corrected by the found network's "
+                             "predicted / measured ratio (into <out>/refit)")
 
 
 @search_strategy("gumbel", "hardware-penalised Gumbel-DARTS: staged search, export, retrain, report",
                  _add_search_gumbel)
 def _cmd_search_gumbel(args: argparse.Namespace) -> int:
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig, run_pipeline
+    from nni_hwaware.strategies.gumbel.search import check_refit, refit_changes
 
     config = GumbelSearchConfig.from_yaml(args.config)
     changes = _parse_sets(args.set)
     if args.out:
         changes["out"] = args.out
     config = config.replace(**changes)
+    if args.refit:
+        check_refit(config)  # before the first search, not after it
     summary = run_pipeline(config)
+    if summary and args.refit:
+        changes = refit_changes(config, summary)
+        targets = ", ".join(f"{k.removeprefix('penalty.')} {v}" for k, v in changes.items() if k.startswith("penalty."))
+        print(f"refit: searching again with {targets} (the measured / predicted ratios of the first network)")
+        summary = run_pipeline(config.replace(**changes))
     if summary:
         print(f"architecture: {summary['arch_path']}")
         for kind, path in summary["report"].items():

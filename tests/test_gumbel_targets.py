@@ -224,3 +224,25 @@ def test_a_target_no_network_reaches_is_one_line_before_the_search(tmp_path: Pat
                                            r"fits .* latency_ms 1\.05 > budget 0\.275.*penalty\.latency_target"):
         search(config, tiny_config(), _model(), tmp_path / "run", report=records.append)
     assert records == [] and not (tmp_path / "run" / "arch.json").exists()  # no epoch ran
+
+
+def test_refit_corrects_each_target_by_the_found_networks_predicted_over_measured_ratio(tmp_path) -> None:
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig
+    from nni_hwaware.strategies.gumbel.search import check_refit, refit_changes
+
+    config = GumbelSearchConfig().replace(**{"out": str(tmp_path), "penalty.latency_target": "45%",
+                                             "penalty.memory_target": 5.1})
+    (tmp_path / "cost_table.csv").write_text("profiled by the first run\n")
+    summary = {"searched": {"extra": {"vs_baseline": {"latency_ratio": 0.50, "predicted_latency_ratio": 0.45,
+                                                      "memory_ratio": 0.51, "predicted_memory_ratio": 0.51}}},
+               "baseline": {"predicted_latency_ms": 2.0, "predicted_memory_mb": 10.0}}
+    changes = refit_changes(config, summary)
+    # measured 50 % where the table said 45 %: aim at 45 * 0.45 / 0.50 = 40.5 %; memory (5.1 MB of 10) held
+    assert changes == {"out": str(tmp_path / "refit"), "cost.table": str(tmp_path / "cost_table.csv"),
+                       "penalty.latency_target": "40.5%", "penalty.memory_target": "51%"}
+    assert GumbelSearchConfig().replace(**{k: v for k, v in changes.items() if k != "cost.table"})  # a valid config
+    with pytest.raises(HwAwareError, match="--refit corrects the penalty's targets; this config has none"):
+        check_refit(GumbelSearchConfig().replace(**{"penalty.latency_target": None, "penalty.memory_target": None,
+                                                    "penalty.alpha": 1.5}))
+    with pytest.raises(HwAwareError, match="--refit needs the found network measured against the baseline"):
+        check_refit(config.replace(baseline=False))

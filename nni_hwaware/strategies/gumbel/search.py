@@ -29,7 +29,7 @@ import dataclasses
 import json
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -339,6 +339,57 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
     }
     write_json(out / "summary.json", summary)
     return summary
+
+
+def check_refit(config: GumbelSearchConfig) -> None:
+    """A one-line error unless ``--refit`` has targets to correct and a baseline to measure against."""
+    if config.penalty.latency_target is None and config.penalty.memory_target is None:
+        raise HwAwareError("--refit corrects the penalty's targets; this config has none (set penalty.latency_target "
+                           "and/or memory_target, e.g. \"45%\")")
+    if not config.baseline:
+        raise HwAwareError("--refit needs the found network measured against the baseline; set baseline: true")
+
+
+def refit_changes(config: GumbelSearchConfig, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The config changes of one more search whose targets are corrected by what the first one measured.
+
+    Each target (as a share of the baseline) is multiplied by the found network's predicted
+    ratio over its measured one: a network the table predicted at 45 % of the baseline and
+    that measured 50 % gets a target of 40.5 %, so the next search lands nearer the user's
+    45 % as measured. The refit reads the first run's cost table and writes to ``<out>/refit``.
+    """
+    check_refit(config)
+    penalty = config.penalty
+    comparison = ((summary.get("searched") or {}).get("extra") or {}).get("vs_baseline") or {}
+    if not comparison:
+        raise HwAwareError("--refit needs the found network measured against the baseline; set baseline: true")
+    baseline = summary.get("baseline") or {}
+    out = Path(config.out)
+    changes: dict[str, Any] = {"out": str(out / "refit")}
+    table = out / "cost_table.csv"
+    if config.cost.table is None and table.is_file():
+        changes["cost.table"] = str(table)
+    for name, target, measured, predicted, reference in (
+            ("latency_target", penalty.latency_target, comparison.get("latency_ratio"),
+             comparison.get("predicted_latency_ratio"), baseline.get("predicted_latency_ms")),
+            ("memory_target", penalty.memory_target, comparison.get("memory_ratio"),
+             comparison.get("predicted_memory_ratio"), baseline.get("predicted_memory_mb"))):
+        if target is None:
+            continue
+        if not (measured and predicted):
+            raise HwAwareError(f"--refit: the first search's {name.split('_')[0]} ratio was not measured and "
+                               "predicted both; nothing to correct it by")
+        share = _target_ratios(config.replace(**{f"penalty.{name}": target}),
+                               _Predicted(reference, baseline.get("predicted_memory_mb")))
+        ratio = share["latency_ratio" if name == "latency_target" else "memory_ratio"]
+        changes[f"penalty.{name}"] = f"{100 * ratio * float(predicted) / float(measured):.4g}%"
+    return changes
+
+
+@dataclass(frozen=True)
+class _Predicted:
+    predicted_latency_ms: float | None
+    predicted_memory_mb: float | None
 
 
 def search_points(config: GumbelSearchConfig) -> list[tuple[str, GumbelSearchConfig, dict[str, Any]]]:

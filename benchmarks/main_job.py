@@ -3,7 +3,8 @@
 Runs the main job as a user would (``nni-hwaware create --config config.yml``, here on
 a free port with the experiment files in a temporary directory), waits for it,
 and prints one JSON object on its last line: wall time, number of trials, the
-best trial's validation accuracy and latency (measured by its trial and predicted), the
+best trial's validation accuracy and latency (the best measured within the budget; its latency
+measured by its trial and predicted), the search's cost correction, the
 search trials over each budget as measured and as predicted, the median measured /
 predicted latency of the trials, and the retrained best network against the retrained
 baseline: test accuracy, the latency ratio timed in shared rounds with its 95 % interval, the measured
@@ -22,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from nni_hwaware.experiment import create_experiment, write_config
+from nni_hwaware.report.search import best_trial
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,11 +44,12 @@ def main() -> None:
             jobs = experiment.trial_jobs()
         search = [m for m in metrics if not m.get("retrain")]
         final = next((m for m in metrics if m.get("retrain")), {})
-        best = max(search, key=lambda m: m["default"]) if search else {}
         found = json.loads(final["results"])["found"] if final.get("results") else {}
         measured = (found.get("extra") or {}).get("vs_baseline", {})  # timed interleaved; the predicted ratios
         reports = sorted(Path(tmp).glob("nni-experiments/*/hwaware/report/results.json"))
-        budget = json.loads(reports[0].read_text()).get("budget", {}) if reports else {}
+        report = json.loads(reports[0].read_text()) if reports else {}
+        budget = report.get("budget", {})
+        best = best_trial(search, budget) if search else {}  # the best measured within the budget
         over = {f"over_budget_measured_{m}": sum(float(t[m]) > float(budget[m]) for t in search if m in t)
                 for m in ("latency_ms", "memory_mb") if m in budget}
         over.update({f"over_budget_predicted_{m}": sum(float(t[f"predicted_{m}"]) > float(budget[m])
@@ -66,6 +69,7 @@ def main() -> None:
             "latency_ratio_ci95": [final.get("latency_ratio_ci95_low"), final.get("latency_ratio_ci95_high")],
             "memory_ratio": final.get("memory_ratio"), "predicted_latency_ratio": measured.get("predicted_latency_ratio"),
             "predicted_memory_ratio": measured.get("predicted_memory_ratio"), "warnings": measured.get("warnings", []),
+            "cost_correction": report.get("correction"),
         }))
 
 

@@ -26,8 +26,8 @@ measurements). Either way each run also gives the other judgment's regrets
 what budget masking alone gives. ``ppo`` is
 :class:`~nni_hwaware.strategies.ppo.tuner.PPOTuner` on the tabular suite and
 :class:`~nni_hwaware.strategies.ppo.core.PPOSearch` behind the same Tuner calls on
-NB201, both with :class:`PPOConfig`'s defaults plus ``--ppo``; the ablations
-``ppo_no_correction`` (the table trusted: ``correct=False``) and ``ppo_no_margin``
+NB201, both with :class:`PPOConfig`'s defaults plus ``--ppo``; ``ppo_corrected``
+(learning from the measured costs, ``correct=True``) and ``ppo_corrected_no_margin``
 (corrected, no conformal margin) run the same core.
 NNI's own RL searchers (``policy_based_rl``, ``nni_ppo``) run where their extra
 packages are installed (see :mod:`rl_peers`), else the output says ``skipped``.
@@ -75,10 +75,10 @@ from nni_hwaware.strategies.ppo.config import PPOConfig
 DATA = Path(__file__).parent / "data"
 SPACE = "digits_tiny"
 NNI_TUNERS = ("random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
-STRATEGIES = ("ppo", "ppo_no_correction", "ppo_no_margin", "random_feasible", "random", "tpe",
+STRATEGIES = ("ppo", "ppo_corrected", "ppo_corrected_no_margin", "random_feasible", "random", "tpe",
               "regularized_evolution", "policy_based_rl", "nni_ppo")
-#: The PPO ablations: the options each adds to ``--ppo``.
-ABLATIONS = {"ppo_no_correction": {"correct": False}, "ppo_no_margin": {"margin": False}}
+#: PPO with the learning from measured costs on (off by default): the options each adds to ``--ppo``.
+ABLATIONS = {"ppo_corrected": {"correct": True}, "ppo_corrected_no_margin": {"correct": True, "margin": False}}
 CHECKPOINTS = (25, 50, 100)
 #: Accuracy points below which a regret is 0 (the benchmarks' accuracies have two decimals).
 REGRET_FLOOR = 0.01

@@ -110,7 +110,7 @@ def test_a_search_that_learns_from_measurements_stays_within_the_budget_as_measu
 
 
 def test_best_is_none_when_every_result_was_measured_over_budget_and_the_search_stops_with_one_line() -> None:
-    search = PPOSearch(toy_model(), Budget(latency_ms=10.0), PPOConfig(seed=0))
+    search = PPOSearch(toy_model(), Budget(latency_ms=10.0), PPOConfig(seed=0))  # trusting the table (the default)
     largest = {f"l{i}": "v3" for i in range(LABELS)}  # 8.9 ms by the table: within the budget
     search.tell(largest, {"default": 0.9, "latency_ms": 10.5})  # measured over it
     second = search.ask()
@@ -118,7 +118,7 @@ def test_best_is_none_when_every_result_was_measured_over_budget_and_the_search_
     search.tell(second, {"default": 0.1, "latency_ms": 1.0})
     assert search.best() == (second, 0.1) and search.measured_over_budget() == 1
 
-    search = PPOSearch(toy_model(), Budget(latency_ms=4.0), PPOConfig(seed=0))
+    search = PPOSearch(toy_model(), Budget(latency_ms=4.0), PPOConfig(seed=0, correct=True))
     arch = search.ask()
     search.tell(arch, {"default": 0.9, "latency_ms": 10.0 * predicted(search.actions_of(arch))})
     assert search.best() is None and search.measured_over_budget() == 1

@@ -78,10 +78,14 @@ class PPOConfig:
     """Results before the surrogate screens (the first proposals are the policy's draws)."""
     max_resample: int = 1000
     """Masked draws per proposal before giving up when every draw is tried or in flight."""
-    correct: bool = True
+    correct: bool = False
     """Learn from measured costs: fit a correction of the table's predictions from the (predicted,
     measured) ``latency_ms`` / ``memory_mb`` pairs the results carry, and keep proposals within the
-    budget by the corrected prediction times a conformal margin (False: trust the table)."""
+    budget by the corrected prediction times a conformal margin. Off by default for now: on the
+    NAS-Bench-201 phone suites (judged as measured, 3 seeds) it cut the proposals over the measured
+    budget from 4.3-7.3 % to 3.3-6.3 % but raised the regret at 100 trials up to 5x (the margin
+    learnt from noisy pairs is too wide). Measured costs are kept either way, and :meth:`best`
+    never names a network measured over budget."""
     delta: float = 0.1
     """A proposal must fit the budget, as measured, with probability at least 1 - delta."""
     margin: bool = True

@@ -40,7 +40,6 @@ benchmark end to end (its figures mean nothing).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import time
@@ -250,16 +249,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
-    from nni_hwaware.profiling import load
+    from nni_hwaware.profiling.load import run_under_load
 
-    harness = (load.BackgroundLoad(seed=args.seed, seconds=args.load_seconds) if args.load
-               else contextlib.nullcontext())
-    start = time.perf_counter()
-    with harness as running:
-        result = run(args)
-        result["load"] = ({"seed": args.seed, "seconds": args.load_seconds, "workers": len(running.pids)}
-                          if args.load else None)
-    result["wall_s"] = time.perf_counter() - start
+    result = run_under_load(lambda: run(args), enabled=args.load, seed=args.seed, seconds=args.load_seconds)
     print(json.dumps(result, default=float))
     return result
 

@@ -48,7 +48,6 @@ budget, to check the benchmark end to end (``--space`` / ``--table`` give a smal
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import time
@@ -265,16 +264,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("--latency-target must be a share > 0 of the reference's latency")
     if args.quick:
         args.epochs, args.retrain_epochs, args.rounds, args.timing_seconds = 1, 1, 4, 1.0
-    from nni_hwaware.profiling import load
+    from nni_hwaware.profiling.load import run_under_load
 
-    harness = (load.BackgroundLoad(seed=args.seed, seconds=args.load_seconds) if args.load
-               else contextlib.nullcontext())
-    start = time.perf_counter()
-    with harness as running:
-        result = run(args)
-        result["load"] = ({"seed": args.seed, "seconds": args.load_seconds, "workers": len(running.pids)}
-                          if args.load else None)
-    result["wall_s"] = time.perf_counter() - start
+    result = run_under_load(lambda: run(args), enabled=args.load, seed=args.seed, seconds=args.load_seconds)
     print(json.dumps(result, default=float))
     return result
 

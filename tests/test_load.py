@@ -44,3 +44,19 @@ def test_the_load_busies_this_process_cpus_and_ends_by_itself() -> None:
     time.sleep(2.0)
     assert not short.running  # bounded: it stopped by itself
     short.stop()
+
+
+def test_run_under_load_records_the_load_and_stops_it() -> None:
+    from nni_hwaware.profiling.load import BackgroundLoad, run_under_load
+
+    seen = {}
+
+    def run() -> dict:
+        seen["cpus"] = BackgroundLoad.cpus()
+        return {"figure": 1.0}
+
+    result = run_under_load(run, enabled=True, seed=3, seconds=5.0)
+    expected = 2 * (len(seen["cpus"]) if seen["cpus"] else 1)
+    assert result["figure"] == 1.0 and result["load"] == {"seed": 3, "seconds": 5.0, "workers": expected}
+    assert result["wall_s"] >= 0
+    assert run_under_load(run, enabled=False)["load"] is None

@@ -16,16 +16,32 @@ It opens no socket and writes no file.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["BackgroundLoad", "load_phases"]
+__all__ = ["BackgroundLoad", "load_phases", "run_under_load"]
+
+
+def run_under_load(run: Callable[[], dict[str, Any]], *, enabled: bool, seed: int = 0,
+                   seconds: float = 4 * 3600.0) -> dict[str, Any]:
+    """``run()``'s figures, run under a :class:`BackgroundLoad` when ``enabled``, with ``load``
+    (``{seed, seconds, workers}`` or None) and ``wall_s`` added: what a benchmark's ``--load`` does."""
+    harness = BackgroundLoad(seed=seed, seconds=seconds) if enabled else contextlib.nullcontext()
+    start = time.perf_counter()
+    with harness as running:
+        result = run()
+        result["load"] = {"seed": seed, "seconds": seconds, "workers": len(running.pids)} if enabled else None
+    result["wall_s"] = time.perf_counter() - start
+    return result
 
 
 def load_phases(seed: int, seconds: float, shortest: float = 0.05, longest: float = 0.5) -> list[tuple[bool, float]]:

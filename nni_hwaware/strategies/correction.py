@@ -36,7 +36,7 @@ import numpy as np
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["CORRECTED", "CostCorrection", "MetricCorrection"]
+__all__ = ["CORRECTED", "CostCorrection", "MetricCorrection", "measured_costs"]
 
 #: The metrics a trial measures on its chip (and the budget names).
 CORRECTED = ("latency_ms", "memory_mb")
@@ -178,6 +178,11 @@ class CostCorrection:
             self.pairs[metric] = [(tuple(int(j) for j in k), float(p), float(v)) for k, p, v in pairs]
             if self.pairs[metric]:
                 self._fit(metric)
+
+
+def measured_costs(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The costs a result measured (``CORRECTED`` metrics that are finite and positive)."""
+    return {m: value for m in CORRECTED if (value := _positive(metrics.get(m))) is not None}
 
 
 def _positive(value: Any) -> float | None:

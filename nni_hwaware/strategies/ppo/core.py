@@ -41,7 +41,7 @@ from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling.chips import fixed_threads
 from nni_hwaware.strategies.budget import Budget, BudgetMask
-from nni_hwaware.strategies.correction import CORRECTED, CostCorrection
+from nni_hwaware.strategies.correction import CORRECTED, CostCorrection, measured_costs
 from nni_hwaware.strategies.ppo.config import REWARDS, PPOConfig
 from nni_hwaware.strategies.ppo.policy import ActorCritic, Surrogate, normalise
 
@@ -386,14 +386,7 @@ class PPOSearch:
 
     def _learn_costs(self, key: tuple[int, ...], metrics: Mapping[str, Any]) -> None:
         """Keep what the result measured; fit the correction to it and move the mask's budget."""
-        measured = {}
-        for metric in CORRECTED:
-            try:
-                value = float(metrics.get(metric))  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                continue
-            if math.isfinite(value) and value > 0:
-                measured[metric] = value
+        measured = measured_costs(metrics)
         if not measured:
             return
         self.history.measured[key] = measured

@@ -219,16 +219,24 @@ def _alpha_name(alpha: float) -> str:
 
 def _target_ratios(config: GumbelSearchConfig, baseline: Any) -> dict[str, float]:
     """The penalty's targets as ratios to the baseline's predicted costs (``latency_ratio`` / ``memory_ratio``)."""
-    from nni_hwaware.strategies.job import budget_fraction
-
     out = {}
     for key, target, predicted in (("latency_ratio", config.penalty.latency_target, baseline.predicted_latency_ms),
                                    ("memory_ratio", config.penalty.memory_target, baseline.predicted_memory_mb)):
-        if isinstance(target, str):
-            out[key] = budget_fraction(target, key)
-        elif target is not None and predicted:
-            out[key] = float(target) / float(predicted)
+        share = _target_share(target, predicted, key)
+        if share is not None:
+            out[key] = share
     return out
+
+
+def _target_share(target: float | str | None, predicted: float | None, name: str) -> float | None:
+    """A target as a share of the baseline's predicted cost ("45%" or ms / MB; None when unknown)."""
+    from nni_hwaware.strategies.job import budget_fraction
+
+    if isinstance(target, str):
+        return budget_fraction(target, name)
+    if target is not None and predicted:
+        return float(target) / float(predicted)
+    return None
 
 
 def _deliver(config: GumbelSearchConfig, space: Any, main: Any, baseline: Any, train: Any, out: Path,
@@ -379,17 +387,12 @@ def refit_changes(config: GumbelSearchConfig, summary: Mapping[str, Any]) -> dic
         if not (measured and predicted):
             raise HwAwareError(f"--refit: the first search's {name.split('_')[0]} ratio was not measured and "
                                "predicted both; nothing to correct it by")
-        share = _target_ratios(config.replace(**{f"penalty.{name}": target}),
-                               _Predicted(reference, baseline.get("predicted_memory_mb")))
-        ratio = share["latency_ratio" if name == "latency_target" else "memory_ratio"]
-        changes[f"penalty.{name}"] = f"{100 * ratio * float(predicted) / float(measured):.4g}%"
+        share = _target_share(target, reference, name)
+        if share is None:
+            raise HwAwareError(f"--refit: the baseline's predicted cost is unknown; cannot read {name} {target!r} "
+                               "as a share of it")
+        changes[f"penalty.{name}"] = f"{100 * share * float(predicted) / float(measured):.4g}%"
     return changes
-
-
-@dataclass(frozen=True)
-class _Predicted:
-    predicted_latency_ms: float | None
-    predicted_memory_mb: float | None
 
 
 def search_points(config: GumbelSearchConfig) -> list[tuple[str, GumbelSearchConfig, dict[str, Any]]]:

@@ -39,7 +39,7 @@ def run(spec: str, k: int, batch_size: int, seed: int) -> dict[str, object]:
     start = time.perf_counter()
     leaves = find_leaves(named.space, named.dummy_input())
     table = profile_model_space(named.space, named.dummy_input(), leaves=leaves, batch_size=batch_size,
-                                seed=seed, progress=False)
+                                seed=seed, progress=False, reference=named.baseline)
     profiled = time.perf_counter() - start
     model = space_cost_model(leaves, table, batch_size=batch_size, name=spec)
     figures, _ = check_fidelity(named.space, model, named.input_shape, k, seed=seed,

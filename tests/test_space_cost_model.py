@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import nni
 import numpy as np
@@ -20,6 +21,8 @@ from nni_hwaware.cost_model import (
     profile_model_space,
     space_cost_model,
 )
+from nni_hwaware.cost_model.calibration import NetworkTerm
+from nni_hwaware.cost_table.table import CostTable
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.nni_fixes import import_nni_nas
 from nni_hwaware.profiling import count_flops, count_params
@@ -165,7 +168,7 @@ def test_leaves_of_a_user_space_follow_its_choices() -> None:
     assert len({t.entries[(2,)] for t in leaves.terms if t.path.startswith("body")}) == 1
 
 
-def test_profiled_user_space_predicts_flops_and_params_of_every_network_exactly() -> None:
+def test_profiled_user_space_predicts_flops_and_params_of_every_network_exactly(tmp_path: Path) -> None:
     space = UserSpace()
     x = torch.randn(1, 1, 8, 8)
     table = profile_model_space(space, x, progress=False, peak_flops=1e10, calibration_samples=2,
@@ -186,12 +189,21 @@ def test_profiled_user_space_predicts_flops_and_params_of_every_network_exactly(
         cost = model.predict(sample).metrics()
         for metric, profiler in profilers.items():
             assert profiler.profile(sample) == pytest.approx(cost[metric]), (metric, sample)
-    # the network row's measured-to-summed ratio multiplies every prediction's latency
+    # the network row's term (scale, constant, per-(label, value) offsets) completes every prediction's latency
     leaves = find_leaves(space, x)
     bare = space_cost_model(leaves, table, with_network_term=False)
-    scale = float(table.frame.set_index("kind").loc["network", "latency_scale"])
-    sample = model.sample_of((1, 0, 2))
-    assert model.predict(sample).latency_ms == pytest.approx(scale * bare.predict(sample).latency_ms)
+    row = table.frame.set_index("kind").loc["network"]
+    term = NetworkTerm.from_row(row.latency_scale, row.latency_terms, row.latency_ms)
+    assert set(term.offsets) == set(model.labels)
+    for at in itertools.product(*(range(len(v)) for v in model.candidates)):
+        sample = model.sample_of(at)
+        expected = term.predict(bare.predict(sample).latency_ms, sample)
+        assert model.predict(sample).latency_ms == pytest.approx(expected, rel=1e-9, abs=1e-5)
+    # the table round-trips through its file with the term
+    path = tmp_path / "table.csv"
+    table.save(path)
+    again_model = space_cost_model(leaves, CostTable.load(path), name="user")
+    assert again_model.predict(sample).latency_ms == pytest.approx(model.predict(sample).latency_ms)
     # profiling again with the table measures nothing new
     again = profile_model_space(space, x, progress=False, table=table, calibration_samples=2)
     assert len(again) == len(table)

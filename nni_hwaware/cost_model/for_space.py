@@ -51,6 +51,7 @@ def profile_space(space: Any, *, space_args: dict[str, Any] | None = None, **opt
     from nni_hwaware.spaces.resolve import resolve_space
 
     named = space if hasattr(space, "dummy_input") else resolve_space(space, **(space_args or {}))
+    options.setdefault("reference", named.baseline)
     return profile_model_space(named.space, named.dummy_input(), leaves=_leaves(named), **options)
 
 
@@ -65,7 +66,7 @@ def load_or_profile(named: Any, path: str | os.PathLike[str] | None, *, chip: st
         return CostTable.load(path)
     table = profile_model_space(named.space, named.dummy_input(), chip=chip, backend=backend, device=device,
                                 batch_size=batch_size, threads=threads, seed=seed, progress=progress,
-                                leaves=_leaves(named), max_seconds=max_seconds)
+                                leaves=_leaves(named), max_seconds=max_seconds, reference=named.baseline)
     if path is not None:
         table.save(path)
     return table

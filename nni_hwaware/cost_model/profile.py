@@ -15,14 +15,12 @@ same rounds as the new ones, and the new rows are rescaled by the median of
 
 What no leaf covers (a cell's sum of its edges, a residual add around a choice,
 the framework's per-call overhead of a whole network, caches that a leaf timed on
-its own finds warm) is one per-network factor: a few random networks of the space
-are measured end to end (in shared rounds) and the median ratio of measured to
-summed latency is stored (column ``latency_scale``) in the table's ``network`` row of
-the space, by which every prediction's latency is multiplied; the row's
-``latency_ms`` is the median gap, for information. A ratio, rather than a constant
-gap, because the cache misses of a network grow with its work: on the project's own
-spaces (the own-space example and digits, 60 networks each, 12 calibration networks)
-it had a median bias of -1.8 % and 0.7 % where a constant gap had -5.5 % and 0.2 %.
+its own finds warm) is the space's per-network term
+(:mod:`nni_hwaware.cost_model.calibration`): random networks of the space and its
+reference network are measured end to end (in shared rounds) and fitted as a scale of
+the summed leaves (column ``latency_scale``) plus an offset per (label, value) (column
+``latency_terms``, JSON) plus a constant (the row's ``latency_ms``), stored in the table's
+``network`` row of the space.
 
 :func:`space_cost_model` turns the table's rows into a
 :class:`~nni_hwaware.cost_model.model.SpaceCostModel` (no measuring).
@@ -34,7 +32,7 @@ import datetime as dt
 import hashlib
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -43,6 +41,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from nni_hwaware.cost_model.calibration import CALIBRATION_SAMPLES, NetworkTerm, fit_network_term
 from nni_hwaware.cost_model.leaves import SpaceLeaves, find_leaves
 from nni_hwaware.cost_model.model import ADDITIVE, CostFactor, SpaceCostModel
 from nni_hwaware.cost_table.table import CostTable
@@ -130,7 +129,8 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
                         backend: str = "torch", device: str = "cpu", batch_size: int = 1,
                         threads: int | None = 1, peak_flops: float | None = None, seed: int = 0,
                         progress: bool = True, table: CostTable | None = None,
-                        calibration_samples: int = 12, leaves: SpaceLeaves | None = None,
+                        calibration_samples: int = CALIBRATION_SAMPLES, leaves: SpaceLeaves | None = None,
+                        reference: Mapping[str, Any] | Callable[[SpaceCostModel], Mapping[str, Any]] | None = None,
                         **timing: float) -> CostTable:
     """Measure every distinct leaf of ``space`` on this machine's chip; returns the whole table.
 
@@ -139,7 +139,9 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
     the result holds them and the new rows. ``threads`` is the intra-op thread count (1
     by default: the steadiest on a shared CPU); ``peak_flops`` the chip's peak ``C``
     (measured by a short matrix-multiply benchmark when not given);
-    ``calibration_samples`` whole networks set the per-network term (0: none); ``timing``
+    ``calibration_samples`` whole networks set the per-network term (0: none), with the
+    space's ``reference`` network (a sample, or a function of the leaves' cost model that
+    gives it, e.g. ``NamedSpace.baseline``; None: none) measured beside them; ``timing``
     takes the options of :func:`~nni_hwaware.profiling.rounds.time_in_rounds` (``max_seconds``:
     the budget of all rounds, :func:`~nni_hwaware.profiling.measure.time_budget` by default).
     """
@@ -191,7 +193,7 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
             result = result.merge(_network_row(
                 space, leaves, result, calibration_samples, chip=chip, backend=backend, device=device,
                 batch_size=batch_size, threads=n_threads, seed=seed, progress=progress,
-                template=template, **timing))
+                template=template, reference=reference, **timing))
     return result
 
 
@@ -246,48 +248,61 @@ def _leaf_row(entry: Any, cost: Any, scale: float, *, chip: str, backend: str, b
 
 def _network_row(space: nn.Module, leaves: SpaceLeaves, table: CostTable, k: int, *, chip: str,
                  backend: str, device: str, batch_size: int, threads: int, seed: int, progress: bool,
-                 template: dict[str, Any], **timing: float) -> CostTable:
-    """The per-network row: median ratio (and gap) of measured to summed latency over ``k`` random networks."""
+                 template: dict[str, Any], reference: Any = None, **timing: float) -> CostTable:
+    """The per-network row: the term fitted to ``k`` random networks and the reference, measured end to end."""
     model = space_cost_model(leaves, table, chip=chip, backend=backend, batch_size=batch_size,
                              with_network_term=False)
     samples = random_samples(leaves.choices, k, seed=seed + 1_000_003)
+    weights = [1.0] * len(samples)
+    if callable(reference):
+        reference = reference(model)
+    if reference is not None:
+        reference = model.check_architecture(reference)
+        if reference not in samples:
+            samples.append(reference)
+            weights.append(math.sqrt(max(1.0, k / 4)))  # the reference counts as a quarter of the networks
     measured = measure_samples(space, samples, leaves.input_shape, backend=backend, device=device,
                                batch_size=batch_size, threads=threads, seed=seed, progress=progress,
                                **timing)
     summed = np.array([model.predict(s).latency_ms for s in samples])
-    gaps = measured["latency_ms"].to_numpy() - summed
-    overhead = max(float(np.median(gaps)), 1e-6)
-    scale = float(np.median(measured["latency_ms"].to_numpy() / summed))
+    latencies = measured["latency_ms"].to_numpy()
+    term = fit_network_term(samples, summed, latencies, leaves.choices, weights=weights)
+    gaps = latencies - summed
     keep = {c: template[c] for c in template if c not in ("spec", "output_shape", *_LEAF_TIMING)}
     row = {**keep, "block": network_block(leaves), "kind": "network",
            "input_shape": "x".join(map(str, leaves.input_shape)), "out_channels": 1, "stride": 1,
-           "latency_ms": overhead, "latency_std_ms": float(np.std(gaps)),
-           "latency_cv": float(np.std(gaps)) / float(measured["latency_ms"].mean()),
+           "latency_ms": max(term.constant, 1e-6),  # a table's latency is > 0
+           "latency_std_ms": float(np.std(gaps)),
+           "latency_cv": float(np.std(gaps)) / float(latencies.mean()),
            "runs": len(samples), "param_mb": 0.0, "activation_mb": 0.0, "memory_mb": 0.0,
-           "flops": 0, "params": 0, "utilisation": 0.0, "latency_scale": scale}
+           "flops": 0, "params": 0, "utilisation": 0.0, "latency_scale": term.scale,
+           "latency_terms": term.to_json()}
     return CostTable.from_records([row])
 
 
-def _network_term(frame: pd.DataFrame, leaves: SpaceLeaves) -> tuple[float, float]:
-    """The space's per-network latency ``(offset, scale)``: its own row, else that of the space it was narrowed from.
+def _network_term(frame: pd.DataFrame, leaves: SpaceLeaves) -> tuple[float, NetworkTerm]:
+    """The space's per-network latency ``(offset, term)``: its own row, else that of the space it was narrowed from.
 
     A pruned or narrowed space has other leaves than the space the table was profiled
     for (so another fingerprint); the rows of the same input shape stand in for it
-    (their median, if the table holds several spaces of that input).
+    (their median scale, if the table holds several spaces of that input, and the
+    offsets of the (label, value) pairs it still has). A row of an earlier version
+    without ``latency_scale`` is a constant ``offset``.
     """
     rows = frame[frame.kind == "network"]
     own = rows[rows.block == network_block(leaves)]
     if not len(own):
         own = rows[rows.input_shape == "x".join(map(str, leaves.input_shape))]
     if not len(own):
-        return 0.0, 1.0
+        return 0.0, NetworkTerm(1.0)
     if "latency_scale" in own.columns and own.latency_scale.notna().all():
         scale = float(pd.to_numeric(own.latency_scale, errors="coerce").median())
         if not (math.isfinite(scale) and scale > 0):
             raise HwAwareError(f"the cost table's network row {own.block.iloc[0]!r} has latency_scale "
                                f"{own.latency_scale.iloc[0]!r}; it must be a positive number (re-profile the space)")
-        return 0.0, scale
-    return float(own.latency_ms.median()), 1.0
+        terms = own.latency_terms.iloc[0] if "latency_terms" in own.columns and len(own) == 1 else None
+        return 0.0, NetworkTerm.from_row(scale, terms, own.latency_ms.iloc[0])
+    return float(own.latency_ms.median()), NetworkTerm(1.0)
 
 
 def space_cost_model(leaves: SpaceLeaves, table: CostTable, *, chip: str | None = None,
@@ -312,8 +327,8 @@ def space_cost_model(leaves: SpaceLeaves, table: CostTable, *, chip: str | None 
             "profile the space on that chip (nni-hwaware profile --space ...)")
     found = rows.loc[wanted]
     metrics = {m: found[m].to_numpy(dtype=float) for m in (*ADDITIVE, "activation_mb")}
-    offset, scale = _network_term(frame, leaves) if with_network_term else (0.0, 1.0)
-    metrics["latency_ms"] = metrics["latency_ms"] * scale
+    offset, network = _network_term(frame, leaves) if with_network_term else (0.0, NetworkTerm(1.0))
+    metrics["latency_ms"] = metrics["latency_ms"] * network.scale
     factors = []
     for term in leaves.terms:
         shape = tuple(len(leaves.choices[label]) for label in term.labels)
@@ -322,6 +337,14 @@ def space_cost_model(leaves: SpaceLeaves, table: CostTable, *, chip: str | None 
             for m, values in metrics.items():
                 costs[m][at] = values[index]
         factors.append(CostFactor(term.labels, costs))
+    offset += network.constant
+    for label, values in leaves.choices.items():  # the term's per-(label, value) offsets: one factor per label
+        if label in network.offsets:
+            ms = np.array([network.offset(label, v) for v in values])
+            offset += float(ms.min())
+            costs = {m: np.zeros(len(values)) for m in metrics}
+            costs["latency_ms"] = ms - ms.min()
+            factors.append(CostFactor((label,), costs))
     fixed = {m: 0.0 for m in metrics}
     fixed["latency_ms"] = offset
     threads = int(found["threads"].iloc[0]) if len(found) else 0

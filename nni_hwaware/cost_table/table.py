@@ -41,11 +41,12 @@ column               type   meaning
 ===================  =====  ==========================================================
 
 A ``network`` row (block ``"network"`` in block tables, ``"network-<space fingerprint>"``
-in leaf tables, whose extra column ``latency_scale`` is the measured-to-summed ratio
-that predictions multiply by; the space's input shape) holds what a
-network costs beyond the sum of its blocks, measured when the table is profiled
-(see :mod:`nni_hwaware.cost_table.profile`): its ``latency_ms`` is added to every
-prediction.
+in leaf tables; the space's input shape) holds what a network costs beyond the sum of
+its blocks, measured when the table is profiled (see :mod:`nni_hwaware.cost_table.profile`
+and :mod:`nni_hwaware.cost_model.calibration`): its ``latency_ms`` is added to every
+prediction; in leaf tables its extra columns ``latency_scale`` (what the summed leaves are
+multiplied by) and ``latency_terms`` (JSON ``{label: {repr(value): ms}}``, added per chosen
+value) complete it.
 
 A row is identified by every key column except ``kind`` (which only describes the
 block): two rows may not share (block, input_shape, out_channels, stride, chip,

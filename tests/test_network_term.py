@@ -1,0 +1,78 @@
+"""The per-network term: what whole networks cost beyond their leaves, fitted from a few of them."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from nni_hwaware.cost_model.calibration import NetworkTerm, fit_network_term
+from nni_hwaware.errors import HwAwareError
+
+CHOICES = {"a": [0, 1, 2], "b": ["x", "y", "z", "w"], "c": [16, 32]}
+
+
+def _truth(summed: float, sample: dict) -> float:
+    """A chip on which every network pays 0.3 ms, 'b=w' costs 0.5 ms more than its leaves say and 'c=32' 0.2 ms."""
+    return 1.2 * summed + 0.3 + (0.5 if sample["b"] == "w" else 0.0) + (0.2 if sample["c"] == 32 else 0.0)
+
+
+def _networks(seed: int, n: int) -> tuple[list[dict], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    everything = [dict(zip(CHOICES, at, strict=True)) for at in itertools.product(*CHOICES.values())]
+    picked = [everything[i] for i in rng.choice(len(everything), n, replace=False)]
+    return picked, rng.uniform(1.0, 4.0, n)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_term_recovers_offsets_the_ratio_alone_misses(seed: int) -> None:
+    samples, summed = _networks(seed, 16)
+    rng = np.random.default_rng(100 + seed)
+    measured = np.array([_truth(s, x) for s, x in zip(summed, samples, strict=True)])
+    measured *= np.exp(rng.normal(0, 0.01, len(measured)))  # 1 % timing noise
+    term = fit_network_term(samples, summed, measured, CHOICES)
+    assert term.scale == pytest.approx(1.2, rel=0.1)
+    # new networks, never seen by the fit: all within 10 %, on average a third of the ratio alone's error
+    tests, test_summed = _networks(seed + 50, 20)
+    truth = np.array([_truth(s, x) for s, x in zip(test_summed, tests, strict=True)])
+    fitted = np.abs(np.array([term.predict(s, x) for s, x in zip(test_summed, tests, strict=True)]) / truth - 1)
+    alone = np.abs(float(np.median(measured / summed)) * test_summed / truth - 1)
+    assert fitted.max() < 0.10
+    assert fitted.mean() < alone.mean() / 3
+    # the costly value is found the costliest of its label, by a good part of its 0.5 ms (shrunk toward 0)
+    others = max(term.offset("b", v) for v in ("x", "y", "z"))
+    assert 0.2 < term.offset("b", "w") - others < 0.6
+
+
+def test_a_weighted_reference_is_fitted_closely() -> None:
+    samples, summed = _networks(3, 12)
+    measured = np.array([_truth(s, x) for s, x in zip(summed, samples, strict=True)])
+    measured[-1] *= 1.15  # a network off the model: with weight it is fitted closer than without
+    plain = fit_network_term(samples, summed, measured, CHOICES)
+    weighted = fit_network_term(samples, summed, measured, CHOICES, weights=[1.0] * 11 + [3.0])
+    error = lambda t: abs(t.predict(summed[-1], samples[-1]) / measured[-1] - 1)  # noqa: E731
+    assert error(weighted) < error(plain)
+
+
+def test_a_negative_constant_is_refitted_as_none() -> None:
+    samples, summed = _networks(4, 12)
+    measured = 1.5 * summed - 0.4  # a chip that is faster on small networks than its leaves say
+    term = fit_network_term(samples, summed, measured, CHOICES)
+    assert term.constant == 0.0
+    assert term.scale > 0
+
+
+def test_rows_of_earlier_versions_and_bad_rows() -> None:
+    old = NetworkTerm.from_row(1.3, float("nan"), 0.25)  # a table without latency_terms: the ratio alone
+    assert (old.scale, old.constant, old.offsets) == (1.3, 0.0, {})
+    term = NetworkTerm(1.1, {"a": {"1": 0.2}}, 0.05)
+    again = NetworkTerm.from_row(1.1, term.to_json(), 0.05)
+    assert again.predict(2.0, {"a": 1}) == pytest.approx(1.1 * 2.0 + 0.05 + 0.2)
+    assert again.offset("a", 7) == 0.0  # a value the calibration never saw
+    with pytest.raises(HwAwareError, match="not JSON"):
+        NetworkTerm.from_row(1.1, "{oops", 0.0)
+    with pytest.raises(HwAwareError, match="latency_scale"):
+        NetworkTerm.from_row("x", None, 0.0)
+    with pytest.raises(HwAwareError, match="finite and positive"):
+        fit_network_term([{"a": 0}], [0.0], [1.0], CHOICES)

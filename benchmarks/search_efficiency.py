@@ -75,10 +75,13 @@ from nni_hwaware.strategies.ppo.config import PPOConfig
 DATA = Path(__file__).parent / "data"
 SPACE = "digits_tiny"
 NNI_TUNERS = ("random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
-STRATEGIES = ("ppo", "ppo_corrected", "ppo_corrected_no_margin", "random_feasible", "random", "tpe",
+STRATEGIES = ("ppo", "ppo_corrected", "ppo_corrected_conformal", "ppo_corrected_weighed", "ppo_corrected_no_margin", "random_feasible", "random", "tpe",
               "regularized_evolution", "policy_based_rl", "nni_ppo")
 #: PPO with the learning from measured costs on (off by default): the options each adds to ``--ppo``.
-ABLATIONS = {"ppo_corrected": {"correct": True}, "ppo_corrected_no_margin": {"correct": True, "margin": False}}
+ABLATIONS = {"ppo_corrected": {"correct": True},
+             "ppo_corrected_conformal": {"correct": True, "margin_model": "conformal"},
+             "ppo_corrected_weighed": {"correct": True, "delta": 0.5},
+             "ppo_corrected_no_margin": {"correct": True, "margin": False}}
 CHECKPOINTS = (25, 50, 100)
 #: Accuracy points below which a regret is 0 (the benchmarks' accuracies have two decimals).
 REGRET_FLOOR = 0.01

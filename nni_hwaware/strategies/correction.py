@@ -22,6 +22,21 @@ judged by a fit that saw it). The quantile's rank is :math:`\\lceil (n+1)(1-\\de
 with fewer than :math:`1/\\delta - 1` pairs there is none: until then the margin is the
 ``prior_margin`` (from the table's own fidelity figures when the caller has them).
 
+With ``local=True`` the margin is no longer one figure for the whole space. A Gaussian
+process over architectures (a Hamming kernel, :class:`~nni_hwaware.strategies.ppo.policy.HammingGP`)
+is fitted to the pairs' log ratios, and an architecture fits if
+
+.. math::
+
+    p(a)\\,\\exp\\big(\\mu(a) + z_{1-\\delta}\\, s(a)\\big) \\le B
+
+with :math:`\\mu(a)`, :math:`s(a)` the posterior mean and predictive standard deviation
+(noise included) of its log ratio: near measured networks the bound is tight, far from
+them it is as wide as the ratios' spread. A table's error is rarely one figure: an
+additive table misses the interactions of a few labels, and the networks a search
+proposes near the budget are neighbours of ones it has measured (constrained Bayesian
+optimisation's probability of feasibility, Gardner et al. 2014; Gelbart et al. 2014).
+
 Nothing here knows NNI: the PPO core feeds it the metrics it is told.
 """
 
@@ -33,13 +48,42 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.special import ndtr, ndtri
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.strategies.ppo.policy import HammingGP
 
 __all__ = ["CORRECTED", "CostCorrection", "MetricCorrection", "measured_costs"]
 
 #: The metrics a trial measures on its chip (and the budget names).
 CORRECTED = ("latency_ms", "memory_mb")
+#: Pairs the local model conditions on at most (the newest).
+_LOCAL_LIMIT = 400
+
+
+@dataclass
+class _LocalFit:
+    """The Gaussian process of one metric's log ratios (standardised by ``mean`` and ``std``)."""
+
+    gp: HammingGP
+    mean: float
+    std: float
+
+    def log_bound(self, keys: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean of the log ratio and that plus ``z`` predictive standard deviations."""
+        mu, sd = self.gp.predict(keys)
+        mean = self.mean + self.std * mu
+        return mean, mean + z * self.std * np.sqrt(sd * sd + self.gp.noise)
+
+    def lowest_log_bound(self, z: float, lowest_ratio: float) -> float:
+        """The least :meth:`log_bound` the look-ahead mask assumes: the posterior mean's lower bound
+        (the kernel is at most 1) or the lowest measured log ratio less two spreads, whichever is
+        higher (the mean of a GP rarely falls far below what it was fitted to; a draw is checked
+        exactly after)."""
+        alpha = self.gp._alpha
+        reach = float(alpha.abs().sum()) if alpha is not None else 0.0
+        mean = max(self.mean - self.std * reach, lowest_ratio - 2 * self.std)
+        return mean + z * self.std * math.sqrt(self.gp.noise)
 
 
 @dataclass
@@ -68,7 +112,8 @@ class CostCorrection:
     """Online correction of a cost model's predictions from measured pairs, with a conformal margin."""
 
     def __init__(self, n_values: Sequence[int], *, delta: float = 0.1, shrinkage: float = 4.0,
-                 prior_margin: float = 1.0, metrics: Sequence[str] = CORRECTED, use_margin: bool = True) -> None:
+                 prior_margin: float = 1.0, metrics: Sequence[str] = CORRECTED, use_margin: bool = True,
+                 local: bool = False) -> None:
         if not 0 < delta < 1:
             raise HwAwareError(f"delta must be between 0 and 1 (e.g. 0.1), got {delta!r}")
         if not (math.isfinite(shrinkage) and shrinkage > 0):
@@ -80,6 +125,10 @@ class CostCorrection:
         self.metrics = tuple(metrics)
         #: False: the margin is 1 (the corrected prediction alone must fit).
         self.use_margin = bool(use_margin)
+        #: True: the margin of each architecture from a Gaussian process of the ratios (module docstring).
+        self.local = bool(local)
+        self.z = float(ndtri(1.0 - self.delta))
+        self.locals: dict[str, _LocalFit] = {}
         self.pairs: dict[str, list[tuple[tuple[int, ...], float, float]]] = {m: [] for m in self.metrics}
         self.fits: dict[str, MetricCorrection] = {m: MetricCorrection() for m in self.metrics}
 
@@ -127,6 +176,19 @@ class CostCorrection:
             residuals.append(weights[at:at + n].copy())
             at += n
         self.fits[metric] = MetricCorrection(float(weights[0]), residuals, loo, y)
+        if self.local:
+            self.locals.pop(metric, None)
+            if self._local_ready(len(keys)):
+                keep = slice(-_LOCAL_LIMIT, None)
+                ys, at = y[keep], np.asarray(keys[keep], dtype=np.int64)
+                mean, std = float(ys.mean()), max(float(ys.std()), 1e-3)
+                gp = HammingGP(len(self.n_values))
+                gp.fit(at, (ys - mean) / std)
+                self.locals[metric] = _LocalFit(gp, mean, std)
+
+    def _local_ready(self, n: int) -> bool:
+        """Whether ``n`` pairs are enough for a data-driven margin (the conformal rank exists)."""
+        return math.ceil((n + 1) * (1 - self.delta)) <= n
 
     # -- use ------------------------------------------------------------------------
     def count(self, metric: str) -> int:
@@ -134,15 +196,29 @@ class CostCorrection:
 
     def factor(self, metric: str, indices: Sequence[int]) -> float:
         """measured / predicted as the fit expects it for this architecture (1 without pairs)."""
+        if metric in self.locals:
+            return float(math.exp(self.locals[metric].log_bound(np.asarray([indices]), self.z)[0][0]))
         return math.exp(self.fits[metric].log_factor(indices)) if metric in self.fits else 1.0
 
     def lowest_factor(self, metric: str) -> float:
         return math.exp(self.fits[metric].lowest_log_factor()) if metric in self.fits else 1.0
 
+    def mask_factor(self, metric: str) -> float:
+        """At most :meth:`bound` / prediction of any architecture: what the look-ahead mask divides the budget by."""
+        if metric in self.locals:
+            lowest = float(self.fits[metric].raw.min())
+            return math.exp(self.locals[metric].lowest_log_bound(self.z if self.use_margin else 0.0, lowest))
+        return self.lowest_factor(metric) * self.margin(metric)
+
     def margin(self, metric: str) -> float:
-        """The ``1 - delta`` conformal quantile of measured / corrected (the prior margin until enough pairs)."""
+        """The ``1 - delta`` conformal quantile of measured / corrected (the prior margin until enough pairs);
+        locally, the median over the measured networks of their bound / corrected prediction."""
         if not self.use_margin:
             return 1.0
+        if metric in self.locals:
+            fit = self.locals[metric]
+            mean, upper = fit.log_bound(fit.gp.x, self.z)
+            return float(math.exp(np.median(upper - mean)))
         loo = self.fits[metric].loo if metric in self.fits else np.zeros(0)
         n = len(loo)
         rank = math.ceil((n + 1) * (1 - self.delta))
@@ -152,7 +228,26 @@ class CostCorrection:
 
     def bound(self, metric: str, indices: Sequence[int], predicted: float) -> float:
         """The corrected prediction times the margin: what must fit the budget."""
-        return predicted * self.factor(metric, indices) * self.margin(metric)
+        return float(self.bounds(metric, np.asarray([indices]), np.asarray([predicted]))[0])
+
+    def bounds(self, metric: str, keys: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+        """:meth:`bound` of many architectures at once (``keys``: value indices, one row each)."""
+        predicted = np.asarray(predicted, dtype=float)
+        if metric in self.locals:
+            mean, upper = self.locals[metric].log_bound(np.asarray(keys, dtype=np.int64), self.z)
+            return predicted * np.exp(upper if self.use_margin else mean)
+        factors = np.asarray([self.factor(metric, k) for k in keys]) if metric in self.fits else 1.0
+        return predicted * factors * self.margin(metric)
+
+    def feasibility(self, metric: str, keys: np.ndarray, predicted: np.ndarray, limit: float) -> np.ndarray:
+        """The probability that each architecture measures within ``limit`` (1 where nothing local is known)."""
+        if metric not in self.locals:
+            return np.ones(len(keys))
+        fit = self.locals[metric]
+        mu, sd = fit.gp.predict(np.asarray(keys, dtype=np.int64))
+        mean = fit.mean + fit.std * mu
+        spread = fit.std * np.sqrt(sd * sd + fit.gp.noise)
+        return ndtr((math.log(limit) - np.log(np.asarray(predicted, dtype=float)) - mean) / spread)
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per metric with pairs: their count, the global scale, the margin and the spread of
@@ -164,7 +259,8 @@ class CostCorrection:
             out[metric] = {"pairs": len(fit.raw), "scale": math.exp(fit.scale_log), "margin": self.margin(metric),
                            "spread_before": float(np.std(fit.raw)), "spread_after": float(np.std(fit.loo)),
                            "median_ratio_before": float(math.exp(np.median(fit.raw))),
-                           "median_ratio_after": float(math.exp(np.median(fit.loo)))}
+                           "median_ratio_after": float(math.exp(np.median(fit.loo))),
+                           "local": metric in self.locals}
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -91,6 +91,12 @@ class PPOConfig:
     margin: bool = True
     """Check proposals by the corrected prediction times the conformal margin (False: the corrected
     prediction alone, an ablation)."""
+    margin_model: str = "gp"
+    """How the margin is set: ``gp``, per architecture from a Gaussian process of the measured
+    ratios (tight near measured networks); ``conformal``, one quantile for every architecture."""
+    weigh_feasibility: bool = True
+    """With a ``gp`` margin, the surrogate's expected improvement of a draw is multiplied by its
+    probability of fitting the budget as measured (constrained expected improvement)."""
     shrinkage: float = 4.0
     """Ridge weight that shrinks each (label, value) residual of the correction toward zero."""
     prior_margin: float = 1.0
@@ -118,6 +124,8 @@ class PPOConfig:
         for name in ("update_every", "epochs", "hidden", "max_resample", "screen"):
             if getattr(self, name) < 1:
                 raise HwAwareError(f"PPO option {name} must be >= 1, got {getattr(self, name)}")
+        if self.margin_model not in ("gp", "conformal"):
+            raise HwAwareError(f"PPO option margin_model must be 'gp' or 'conformal', got {self.margin_model!r}")
         if not 0.0 < self.delta < 1.0:
             raise HwAwareError(f"PPO option delta must be in (0, 1), got {self.delta}")
         for name in ("lr", "clip", "shrinkage", "prior_margin"):

@@ -100,7 +100,8 @@ class PPOSearch:
         c = self.config
         #: The table's predictions corrected by what the chip measured (None: the table is trusted).
         self.correction = CostCorrection([len(v) for v in self.candidates], delta=c.delta, shrinkage=c.shrinkage,
-                                         prior_margin=c.prior_margin, use_margin=c.margin) if c.correct else None
+                                         prior_margin=c.prior_margin, use_margin=c.margin,
+                                         local=c.margin_model == "gp") if c.correct else None
         self._predicted: dict[tuple[int, ...], dict[str, float]] = {}
         #: Why no network can fit the budget as measured (None while some can): the search then stops.
         self.unreachable: str | None = None
@@ -141,7 +142,7 @@ class PPOSearch:
         cheapest = self.mask.cheapest_costs()
         lines = []
         for metric in self._corrected_limits():
-            limits[metric] /= self.correction.lowest_factor(metric) * self.correction.margin(metric)
+            limits[metric] /= self.correction.mask_factor(metric)
             if cheapest[metric] > limits[metric] * (1 + 1e-9):
                 factor = self.budget.limits()[metric] / limits[metric]
                 lines.append(f"no network fits the {metric} budget {self.budget.limits()[metric]:.4g} as measured: "
@@ -170,22 +171,39 @@ class PPOSearch:
         if self.correction is not None:
             for metric in CORRECTED:
                 if self.correction.count(metric):
+                    out[f"{metric}_bound"] = self.correction.bound(metric, key, out[metric])
                     out[metric] *= self.correction.factor(metric, key)
-                    out[f"{metric}_bound"] = out[metric] * self.correction.margin(metric)
         return out
 
     def _fits(self, key: tuple[int, ...]) -> bool:
         """Within every bound by the table, and within each corrected metric's limit with the margin."""
-        if not self.mask.within(key):
-            return False
-        predicted = None
+        return bool(self._fits_all([key])[0])
+
+    def _fits_all(self, keys: list[tuple[int, ...]]) -> np.ndarray:
+        """:meth:`_fits` of many architectures at once (one Gaussian-process call per metric)."""
+        ok = np.asarray([self.mask.within(k) for k in keys], dtype=bool)
         for metric in self._corrected_limits():
+            if not ok.any():
+                break
             if not self.correction.count(metric) and self.correction.margin(metric) == 1.0:
                 continue
-            predicted = predicted or self.predicted(key)
-            if self.correction.bound(metric, key, predicted[metric]) > self.budget.limits()[metric] * (1 + 1e-9):
-                return False
-        return True
+            at = np.flatnonzero(ok)
+            predicted = np.asarray([self.predicted(keys[i])[metric] for i in at])
+            bounds = self.correction.bounds(metric, np.asarray([keys[i] for i in at], dtype=np.int64), predicted)
+            ok[at[bounds > self.budget.limits()[metric] * (1 + 1e-9)]] = False
+        return ok
+
+    def _feasibility(self, keys: list[tuple[int, ...]]) -> np.ndarray:
+        """Each architecture's probability of fitting every corrected limit as measured (constrained
+        expected improvement, Gardner et al. 2014): 1 without a local correction."""
+        chance = np.ones(len(keys))
+        if not self.config.weigh_feasibility:
+            return chance
+        for metric in self._corrected_limits():
+            predicted = np.asarray([self.predicted(k)[metric] for k in keys])
+            chance *= self.correction.feasibility(metric, np.asarray(keys, dtype=np.int64), predicted,
+                                                  self.budget.limits()[metric])
+        return chance
 
     def _exact_check(self) -> bool:
         """Whether a finished draw must be checked (the mask alone is exact for one table-only bound)."""
@@ -290,9 +308,11 @@ class PPOSearch:
                 key = tuple(int(j) for j in actions[row])
                 if key in fresh or key in self.history.rewards or key in self.pending:
                     continue
-                if self._exact_check() and not self._fits(key):
-                    continue  # lower bounds, several bounds or a correction: the look-ahead let an overrun through
                 fresh[key] = int(row)
+            if fresh and self._exact_check():
+                # lower bounds, several bounds or a correction: the look-ahead let an overrun through
+                fits = self._fits_all(list(fresh))
+                fresh = {key: row for (key, row), ok in zip(fresh.items(), fits, strict=True) if ok}
             if fresh:
                 keys = list(fresh)
                 if self._screening():
@@ -302,7 +322,7 @@ class PPOSearch:
                         keys.extend(local)
                         scores = np.concatenate(
                             [scores, self.surrogate.acquisition(np.asarray(local), list(self.pending))])
-                    best = int(np.argmax(scores))
+                    best = int(np.argmax(scores * self._feasibility(keys)))
                 else:  # the policy's first fresh draw (a uniform one if the policy drew none)
                     best = 0
                 key = keys[best]
@@ -344,16 +364,18 @@ class PPOSearch:
                     if (other in found or other in exclude or other in self.history.rewards
                             or other in self.pending):
                         continue
-                    if self.limits and not self._fits(other):
-                        continue
                     found[other] = None
-        return list(found)
+        keys = list(found)
+        if self.limits and keys:
+            keys = [k for k, ok in zip(keys, self._fits_all(keys), strict=True) if ok]
+        return keys
 
     def _feasible_left(self) -> list[tuple[int, ...]] | None:
         """Feasible architectures neither tried nor in flight (None: too many to list)."""
         if not hasattr(self, "_feasible"):
             feasible = self.mask.enumerate(_ENUMERATE_LIMIT)
-            self._feasible = None if feasible is None else [k for k in feasible if self._fits(k)]
+            self._feasible = None if feasible is None else [
+                k for k, ok in zip(feasible, self._fits_all(list(feasible)) if feasible else [], strict=True) if ok]
         if self._feasible is None:
             return None
         return [k for k in self._feasible if k not in self.history.rewards and k not in self.pending]

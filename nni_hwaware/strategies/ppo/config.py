@@ -81,15 +81,16 @@ class PPOConfig:
     correct: bool = False
     """Learn from measured costs: fit a correction of the table's predictions from the (predicted,
     measured) ``latency_ms`` / ``memory_mb`` pairs the results carry, and keep proposals within the
-    budget by the corrected prediction times a conformal margin. Off by default for now: on the
-    NAS-Bench-201 phone suites (judged as measured, 3 seeds) it cut the proposals over the measured
-    budget from 4.3-7.3 % to 3.3-6.3 % but raised the regret at 100 trials up to 5x (the margin
-    learnt from noisy pairs is too wide). Measured costs are kept either way, and :meth:`best`
-    never names a network measured over budget."""
+    budget by the corrected prediction times a margin (``margin_model``). Off by default for now:
+    on the NAS-Bench-201 phone suites (judged as measured, 3 seeds) it cut the proposals over the
+    measured budget from 4.3-7.3 % to 3.0-4.0 % but raised the regret at 100 trials on the 1/3
+    budgets (a margin that holds delta excludes the budget's edge, where the best networks are).
+    Measured costs are kept either way, and :meth:`best` never names a network measured over
+    budget."""
     delta: float = 0.1
     """A proposal must fit the budget, as measured, with probability at least 1 - delta."""
     margin: bool = True
-    """Check proposals by the corrected prediction times the conformal margin (False: the corrected
+    """Check proposals by the corrected prediction times the margin (False: the corrected
     prediction alone, an ablation)."""
     margin_model: str = "gp"
     """How the margin is set: ``gp``, per architecture from a Gaussian process of the measured

@@ -76,3 +76,37 @@ def test_rows_of_earlier_versions_and_bad_rows() -> None:
         NetworkTerm.from_row("x", None, 0.0)
     with pytest.raises(HwAwareError, match="finite and positive"):
         fit_network_term([{"a": 0}], [0.0], [1.0], CHOICES)
+
+
+SKELETON = {f"layer{i}": ["skip", "a", "b", "c"] for i in range(10)}
+LEAF_MS = {"skip": 0.05, "a": 0.6, "b": 0.8, "c": 1.0}
+
+
+def _skeleton_truth(sample: dict) -> float:
+    """A chip where every network pays 0.6 ms and its leaves 1.1x what they cost alone."""
+    return 1.1 * sum(LEAF_MS[v] for v in sample.values()) + 0.6
+
+
+def test_networks_spanning_the_sizes_predict_the_small_ones_a_budgeted_search_ends_at() -> None:
+    """Uniform networks of 10 labels all sit near the median size; fitted to them alone, the term
+    extrapolates badly to the small networks. The calibration's half that leans toward the cheapest
+    values pins the constant."""
+    from nni_hwaware.cost_model.profile import calibration_samples, random_samples
+
+    cheapest = dict.fromkeys(SKELETON, "skip")
+    samples = calibration_samples(SKELETON, cheapest, 24, seed=0)
+    assert len({tuple(s.values()) for s in samples}) == 24
+    assert samples == calibration_samples(SKELETON, cheapest, 24, seed=0)  # seeded
+    worst = {"uniform": [], "spanning": []}
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        small = calibration_samples(SKELETON, cheapest, 40, seed=900 + seed)[20:]  # the leaning half
+        for name, fit_on in (("uniform", random_samples(SKELETON, 24, seed=seed)),
+                             ("spanning", calibration_samples(SKELETON, cheapest, 24, seed=seed))):
+            summed = np.array([sum(LEAF_MS[v] for v in s.values()) for s in fit_on])
+            measured = np.array([_skeleton_truth(s) for s in fit_on]) * np.exp(rng.normal(0, 0.03, len(fit_on)))
+            term = fit_network_term(fit_on, summed, measured, SKELETON)
+            worst[name].append(max(abs(term.predict(sum(LEAF_MS[v] for v in s.values()), s) / _skeleton_truth(s) - 1)
+                                   for s in small))
+    assert max(worst["spanning"]) < 0.12, worst  # 3 % timing noise
+    assert np.mean(worst["spanning"]) < 0.5 * np.mean(worst["uniform"]), worst

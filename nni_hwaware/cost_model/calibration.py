@@ -3,9 +3,10 @@
 A leaf timed on its own is not the same leaf inside a network: the network adds what
 no leaf covers (a cell's sum of its edges, a residual add around a choice, the
 framework's per-call overhead, caches a leaf alone finds warm), and that depends on
-which blocks the network holds. When a space is profiled, ``k`` random networks of
-it and its reference network are measured end to end (in shared rounds), and their
-latencies are fitted as
+which blocks the network holds. When a space is profiled, ``k`` networks of it (half
+uniformly random, half leaning toward each label's cheapest value, so that they span the
+space's sizes), its cheapest network and its reference network are measured end to end (in
+shared rounds), and their latencies are fitted as
 
 .. math::
 
@@ -16,8 +17,12 @@ an offset ``b`` per (label, value), in ms, by ridge regression on relative error
 network's row is divided by its measured latency, the offsets are shrunk toward 0 with
 weight ``shrinkage`` (in units of the median network's latency), the scale and the
 constant are not (a negative constant is refitted as 0). The reference network (the one
-every comparison and every "percent of the reference" budget is taken against) counts
-as a quarter of the calibration networks.
+every comparison and every "percent of the reference" budget is taken against) and the
+cheapest one (where a tight budget's search ends) each count as a quarter of the
+calibration networks. Fitted to uniform networks alone, which all sit near a space's median
+size, the term extrapolated badly to small ones: on digits, networks of 0.26-0.6x the
+reference were predicted 20-68 % low (one below zero); fitted to networks that span the
+sizes, 4 % on average (uniform ones 3 %).
 
 Offsets are additive in the space's labels, so they are single-label factors of the
 :class:`~nni_hwaware.cost_model.model.SpaceCostModel`: its expectations, lower bounds and
@@ -42,7 +47,7 @@ from nni_hwaware.errors import HwAwareError
 
 __all__ = ["CALIBRATION_SAMPLES", "SHRINKAGE", "NetworkTerm", "fit_network_term"]
 
-#: Random networks measured end to end to fit a space's per-network term.
+#: Networks measured end to end (besides the cheapest and the reference) to fit a space's per-network term.
 CALIBRATION_SAMPLES = 24
 #: Ridge weight of the per-(label, value) offsets, in units of the median network's latency.
 SHRINKAGE = 1.0

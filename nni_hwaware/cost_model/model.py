@@ -292,19 +292,19 @@ class SpaceCostModel:
         """The reference network budgets and reports compare with.
 
         ``spec`` is a sample (``{label: value}``), ``"largest"`` (every label at its value
-        of highest latency in :meth:`choice_table`) or one value that every label takes
+        of highest latency in :meth:`choice_table`), ``"smallest"`` (lowest) or one value that every label takes
         (e.g. ``"conv_3x3"`` for NasBench201).
         """
         if isinstance(spec, Mapping):
             return self.check_architecture(spec)
-        if spec == "largest":
-            table = self.choice_table()
-            return {label: values[int(np.argmax(table[table.label == label].latency_ms.to_numpy()))]
+        if spec in ("largest", "smallest"):
+            table, pick = self.choice_table(), (np.argmax if spec == "largest" else np.argmin)
+            return {label: values[int(pick(table[table.label == label].latency_ms.to_numpy()))]
                     for label, values in zip(self.labels, self.candidates, strict=True)}
         lacking = [label for label, values in zip(self.labels, self.candidates, strict=True) if spec not in values]
         if lacking:
             raise HwAwareError(f"reference {spec!r}: labels {lacking} have no such value; give a sample "
-                               "({label: value}), 'largest' or a value every label has")
+                               "({label: value}), 'largest', 'smallest' or a value every label has")
         return dict.fromkeys(self.labels, spec)
 
     # -- per-choice view ---------------------------------------------------------------

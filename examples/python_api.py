@@ -41,8 +41,13 @@ def run_ppo(table: Path, workdir: Path, trials: int, epochs: int) -> dict[str, o
         experiment.run()
     finally:
         experiment.stop()
-    arch, accuracy = strategy.tuner.search.best()
-    return {"best_arch": arch, "best_val_top1": accuracy, "trials": len(strategy.tuner.search.history.order)}
+    search = strategy.tuner.search
+    best = search.best()  # None when every trial was measured over the budget
+    if best is None:
+        print(f"no trial was measured within the budget ({search.measured_over_budget()} measured over it)")
+    arch, accuracy = best if best is not None else (None, None)
+    return {"best_arch": arch, "best_val_top1": accuracy, "trials": len(search.history.order),
+            "measured_over_budget": search.measured_over_budget()}
 
 
 def run_gumbel(table: Path, workdir: Path, quick: bool) -> dict[str, object]:

@@ -198,3 +198,21 @@ def test_the_local_margin_is_tighter_beside_measured_networks_and_its_chance_of_
         assert np.median(above) > 0.9 and np.median(below) < 0.1
     assert sum(a < b for a, b in zip(slack_local, slack_conformal, strict=True)) >= 4
     assert min(covered) >= 0.7 and np.mean(covered) >= 0.8
+
+
+def test_a_busy_machine_does_not_put_a_network_over_budget_when_its_ratio_to_the_reference_fits() -> None:
+    """A trial timed while its machine ran 2x slow: its ms are over the budget, its ratio to the
+    reference (timed in the same rounds) is not; on the table's scale the network fits."""
+    from nni_hwaware.strategies.correction import measured_costs, on_table_scale
+
+    reference_ms = 8.9  # the table's latency of the reference (every label at v3)
+    slow = {"default": 0.9, "latency_ms": 2 * 4.45, "latency_ratio": 0.5, "memory_mb": 1.5}
+    assert measured_costs(on_table_scale(slow, reference_ms)) == {"latency_ms": pytest.approx(4.45), "memory_mb": 1.5}
+    assert measured_costs(on_table_scale({"latency_ms": 3.0}, reference_ms)) == {"latency_ms": 3.0}  # no ratio: as is
+    assert measured_costs(on_table_scale(slow, None))["latency_ms"] == 8.9
+    search = PPOSearch(toy_model(), Budget(latency_ms=5.0), PPOConfig(seed=0))
+    arch = search.ask()
+    search.tell(arch, on_table_scale(slow, reference_ms))
+    assert search.best() == (arch, 0.9) and search.measured_over_budget() == 0
+    search.tell(search.ask(), on_table_scale({**slow, "latency_ratio": 0.6}, reference_ms))  # 5.34 ms: over
+    assert search.measured_over_budget() == 1

@@ -85,7 +85,10 @@ def test_python_api_example_quick() -> None:
     spec.loader.exec_module(module)
     out = module.main(["--quick"])
     assert out["ppo"]["trials"] == 3
-    assert 0 < out["ppo"]["best_val_top1"] <= 1
+    if out["ppo"]["best_arch"] is None:  # the example says so in one line; every trial was over
+        assert out["ppo"]["measured_over_budget"] == 3
+    else:
+        assert 0 < out["ppo"]["best_val_top1"] <= 1
     if "gumbel" in out:
         assert set(out["gumbel"]["arch"]) == {f"layer{s}_{i}" for s in range(1, 5) for i in range(2)}
 

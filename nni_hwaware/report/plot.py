@@ -121,7 +121,8 @@ def calibration_plot(predicted: Sequence[float], measured: Sequence[float], path
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
         return _finish(fig, ax, path, xlabel="latency, predicted by the cost table (ms)",
-                       ylabel="latency, measured by the trial (ms)", title=title, legend="upper left")
+                       ylabel="latency, measured by the trial (ms, table's scale)", title=title,
+                       legend="upper left")
     finally:
         plt.close(fig)
 

@@ -53,7 +53,7 @@ from scipy.special import ndtr, ndtri
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.ppo.policy import HammingGP
 
-__all__ = ["CORRECTED", "CostCorrection", "MetricCorrection", "measured_costs"]
+__all__ = ["CORRECTED", "RATIO_LATENCY", "CostCorrection", "MetricCorrection", "measured_costs", "on_table_scale"]
 
 #: The metrics a trial measures on its chip (and the budget names).
 CORRECTED = ("latency_ms", "memory_mb")
@@ -276,9 +276,32 @@ class CostCorrection:
                 self._fit(metric)
 
 
+#: A result's measured latency on the cost table's scale: the ratio to the reference network
+#: that the trial measured (both timed in the same rounds) times the table's latency of the reference.
+RATIO_LATENCY = "ratio_latency_ms"
+
+
+def on_table_scale(metrics: Mapping[str, Any], reference_latency_ms: float | None) -> dict[str, Any]:
+    """``metrics`` with :data:`RATIO_LATENCY` added where the result carries its ``latency_ratio``.
+
+    A trial's ``latency_ms`` moves with its machine's speed (a busy CI runner, a laptop on battery
+    measure everything 1.5-2x slow); its ratio to the reference, timed in the same rounds, does not.
+    On the table's scale, a measured network is over a budget because the table mispredicted it, not
+    because the machine was busy while it was timed.
+    """
+    ratio, reference = _positive(metrics.get("latency_ratio")), _positive(reference_latency_ms)
+    if ratio is None or reference is None:
+        return dict(metrics)
+    return {**metrics, RATIO_LATENCY: ratio * reference}
+
+
 def measured_costs(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The costs a result measured (``CORRECTED`` metrics that are finite and positive)."""
-    return {m: value for m in CORRECTED if (value := _positive(metrics.get(m))) is not None}
+    """The costs a result measured (``CORRECTED`` metrics that are finite and positive); the latency
+    on the table's scale (:data:`RATIO_LATENCY`) where the result has it."""
+    costs = {m: value for m in CORRECTED if (value := _positive(metrics.get(m))) is not None}
+    if (scaled := _positive(metrics.get(RATIO_LATENCY))) is not None:
+        costs["latency_ms"] = scaled
+    return costs
 
 
 def _positive(value: Any) -> float | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_json
+from nni_hwaware.strategies.correction import on_table_scale
 from nni_hwaware.strategies.job import SearchJob
 from nni_hwaware.strategies.ppo.records import (
     ALL_FAILED_AFTER,
@@ -164,6 +165,7 @@ class SearchSession:
             _logger.warning("trial %s reported %r without a finite 'default'; counted as failed", parameter_id, value)
             self._failure(arch, "no finite result")
         else:
+            metrics = on_table_scale(metrics, self._reference_latency())
             self.ready().tell(arch, metrics)
             self.records.add_result(arch, metrics)
         self._after_event()
@@ -182,10 +184,16 @@ class SearchSession:
                 if metrics is None:
                     self._failure(arch, "imported without a finite result")
                 else:
+                    metrics = on_table_scale(metrics, self._reference_latency())
                     search.tell(arch, metrics)
                     self.records.add_result(arch, metrics)
         _logger.info("imported %d results (%d already known or skipped)", learned, len(data) - learned)
         self._save()
+
+    def _reference_latency(self) -> float:
+        """The table's latency of the reference network: a result's measured ratio to it is its
+        latency on the table's scale (:func:`~nni_hwaware.strategies.correction.on_table_scale`)."""
+        return self.full.predict(self.reference).latency_ms
 
     def _failure(self, arch: dict[str, Any], why: str) -> None:
         self.records.add_failure(arch, why, self.ready().tell(arch, None))

@@ -4,12 +4,14 @@ NasExperiment (PPO and Gumbel). Trials train one epoch on digits upsampled to th
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from nni_hwaware.cost_model import space_model
@@ -24,6 +26,10 @@ SPACES = {
     "own_space:OwnSpace": {},
 }
 TRAIN = {"epochs": 1, "threads": 1, "batch_size": 128}
+
+
+def _every(choices: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    return [dict(zip(choices, values, strict=True)) for values in itertools.product(*choices.values())]
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +181,11 @@ def test_ppo_strategy_takes_a_model_space_object(tmp_path: Path) -> None:
     named = resolve_space(UserSpace(), input_shape=(1, 8, 8), reference={"width": 8, "op": "conv3", "depth": 3})
     table = tmp_path / "table.csv"
     profile_space(named, progress=False, peak_flops=1e10, calibration_samples=2, max_seconds=0.2).save(table)
-    strategy = PPOStrategy(named, str(table), budget={"latency_ms": "70%"}, ppo={"seed": 0})
+    model = space_model(named, __import__("nni_hwaware.cost_table", fromlist=["CostTable"]).CostTable.load(table))
+    # A budget half the space fits: on networks this small a call's fixed cost dominates, and the
+    # cheapest one measures 60-85 % of the reference, so a fixed percentage would be a coin toss.
+    limit = float(np.median([model.predict(arch).latency_ms for arch in _every(model.choices())]))
+    strategy = PPOStrategy(named, str(table), budget={"latency_ms": limit}, ppo={"seed": 0})
     experiment = NasExperiment(named.space, hardware_evaluator(named, str(table), train=TRAIN), strategy,
                                NasExperimentConfig("sequential", "raw"))
     experiment.config.max_trial_number = 2
@@ -184,8 +194,6 @@ def test_ppo_strategy_takes_a_model_space_object(tmp_path: Path) -> None:
     results = strategy.tuner.records.results
     experiment.stop()
     assert len(results) == 2 and all(set(r["arch"]) == {"width", "op", "depth"} for r in results)
-    model = space_model(named, __import__("nni_hwaware.cost_table", fromlist=["CostTable"]).CostTable.load(table))
-    limit = 0.7 * model.predict(named.baseline(model)).latency_ms
     assert all(model.predict(r["arch"]).latency_ms <= limit * (1 + 1e-9) for r in results)
 
 

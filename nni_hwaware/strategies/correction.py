@@ -45,13 +45,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy.special import ndtr, ndtri
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.strategies.ppo.policy import HammingGP
+
+if TYPE_CHECKING:
+    from nni_hwaware.strategies.ppo.policy import HammingGP
 
 __all__ = ["CORRECTED", "RATIO_LATENCY", "CostCorrection", "MetricCorrection", "measured_costs", "on_table_scale"]
 
@@ -179,6 +181,9 @@ class CostCorrection:
         if self.local:
             self.locals.pop(metric, None)
             if self._local_ready(len(keys)):
+                # the GP lives beside the policy, which imports torch: not when the tuner is built
+                from nni_hwaware.strategies.ppo.policy import HammingGP
+
                 keep = slice(-_LOCAL_LIMIT, None)
                 ys, at = y[keep], np.asarray(keys[keep], dtype=np.int64)
                 mean, std = float(ys.mean()), max(float(ys.std()), 1e-3)

@@ -17,8 +17,8 @@ What no leaf covers (a cell's sum of its edges, a residual add around a choice,
 the framework's per-call overhead of a whole network, caches that a leaf timed on
 its own finds warm) is the space's per-network term
 (:mod:`nni_hwaware.cost_model.calibration`): networks of the space that span its sizes
-(:func:`calibration_samples`), its cheapest network and its reference network are measured end to end (in shared rounds) and fitted as a scale of
-the summed leaves (column ``latency_scale``) plus an offset per (label, value) (column
+(:func:`calibration_samples`), its cheapest network and its reference network are
+measured end to end (in shared rounds) and fitted as a scale of the summed leaves (column ``latency_scale``) plus an offset per (label, value) (column
 ``latency_terms``, JSON) plus a constant (the row's ``latency_ms``), stored in the table's
 ``network`` row of the space.
 
@@ -277,7 +277,8 @@ def _leaf_row(entry: Any, cost: Any, scale: float, *, chip: str, backend: str, b
 def _network_row(space: nn.Module, leaves: SpaceLeaves, table: CostTable, k: int, *, chip: str,
                  backend: str, device: str, batch_size: int, threads: int, seed: int, progress: bool,
                  template: dict[str, Any], reference: Any = None, **timing: float) -> CostTable:
-    """The per-network row: the term fitted to ``k`` random networks and the reference, measured end to end."""
+    """The per-network row: the term fitted to ``k`` calibration networks, the cheapest network and the
+    reference, measured end to end."""
     model = space_cost_model(leaves, table, chip=chip, backend=backend, batch_size=batch_size,
                              with_network_term=False)
     cheapest = model.reference("smallest")

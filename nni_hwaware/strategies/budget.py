@@ -252,15 +252,34 @@ class BudgetMask:
 
         return found if walk([]) else None
 
-    def most_probable(self, log_probs: Sequence[np.ndarray], node_limit: int = 200_000
-                      ) -> tuple[int, ...] | None:
+    def _dearest_completion(self, prefix: Sequence[int]) -> dict[str, float]:
+        """Upper bounds of every completion's latency and memory (separable models; else inf)."""
+        if not self.separable:
+            return {"latency_ms": math.inf, "memory_mb": math.inf, "flops": math.inf}
+        i, rows, chosen = len(prefix), np.arange(len(prefix)), np.asarray(prefix, dtype=int)
+        finite = {m: np.where(np.isfinite(g), g, -np.inf) for m, g in
+                  (("latency_ms", self._additive["latency_ms"]), ("flops", self._additive["flops"]),
+                   ("param_mb", self._params), ("activation_mb", self._acts))}
+        out = {m: self.model.fixed[m] + float(self._additive[m][rows, chosen].sum())
+               + float(finite[m][i:].max(axis=1).sum()) for m in ("latency_ms", "flops")}
+        spent, act = self._spent(prefix)
+        rest_act = float(finite["activation_mb"][i:].max()) if i < self.n_layers else -math.inf
+        out["memory_mb"] = spent + float(finite["param_mb"][i:].max(axis=1).sum()) + max(act, rest_act)
+        return out
+
+    def most_probable(self, log_probs: Sequence[np.ndarray], node_limit: int = 200_000, *,
+                      floor: Mapping[str, float] | None = None) -> tuple[int, ...] | None:
         """The architecture (value indices) of highest ``sum_l log_probs[l][v_l]`` that fits the budget.
 
         Exact branch and bound: labels in order, each label's allowed values from the most
         probable down; a branch stops when even the most probable completion cannot beat
-        the best fit found. None when nothing fits; a :class:`HwAwareError` when
-        ``node_limit`` prefixes were visited first (a space too large for an exact answer).
+        the best fit found. ``floor`` (``{metric: least cost}``) also asks the finished
+        architecture to cost at least that much (a band under the budget: an export that uses
+        its budget); on a separable model a branch whose dearest completion stays under the
+        floor stops. None when nothing fits; a :class:`HwAwareError` when ``node_limit``
+        prefixes were visited first (a space too large for an exact answer).
         """
+        floor = dict(floor or {})
         logp = [np.asarray(lp, dtype=float) for lp in log_probs]
         if [len(lp) for lp in logp] != list(self.n_candidates):
             raise HwAwareError(f"log-probabilities of {[len(lp) for lp in logp]} values per label; the space has "
@@ -276,9 +295,13 @@ class BudgetMask:
                                    "steps of the exact search; tighten the distribution or prune the space")
             i = len(prefix)
             if i == self.n_layers:
-                if score > best[0] and self.within(prefix):
+                if score > best[0] and self.within(prefix) and self._reaches(prefix, floor):
                     best[0], best[1] = score, tuple(prefix)
                 return
+            if floor and self.separable:
+                dearest = self._dearest_completion(prefix)
+                if any(dearest[m] < least * (1 - _EPS) - _EPS for m, least in floor.items()):
+                    return
             allowed = self.allowed(prefix)
             for j in np.argsort(-logp[i], kind="stable"):
                 if score + logp[i][j] + rest[i + 1] <= best[0]:
@@ -288,6 +311,12 @@ class BudgetMask:
 
         walk([], 0.0)
         return best[1]
+
+    def _reaches(self, indices: Sequence[int], floor: Mapping[str, float]) -> bool:
+        if not floor:
+            return True
+        cost = self.model.predict_indices(indices).metrics()
+        return all(cost[m] >= least * (1 - _EPS) - _EPS for m, least in floor.items())
 
     def within(self, indices: Sequence[int]) -> bool:
         """Whether the finished architecture (value index per label) fits every bound."""

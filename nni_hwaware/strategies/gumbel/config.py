@@ -109,7 +109,18 @@ class PenaltyConfig:
     latency_target: float | str | None = None
     #: Target mode for memory (MB or ``"N%"``); ``gamma`` is the weight it starts from.
     memory_target: float | str | None = None
-    #: Integral gain of the weights' controller, per architecture update:
+    #: How a target sets its weight. ``projection``: after every architecture update the
+    #: searched labels' logits are tilted by ``-w * c / T`` (the KL projection of the
+    #: distribution onto ``E[c] <= T``), with the smallest ``w >= 0`` that brings the expected
+    #: cost to the target, found by bisection: the multiplier is solved each step, so the
+    #: distribution lands on the target at once and cannot wind past it. ``pi``: the weight
+    #: moves by the PI-controlled dual ascent below and the penalty's gradient does the work.
+    controller: str = "projection"
+    #: Target mode: the export takes the most probable architecture whose predicted costs are
+    #: within ``[1 - export_fill, 1]`` of the targets, where one is (0: the most probable within
+    #: them, however far under).
+    export_fill: float = 0.05
+    #: Integral gain of the ``pi`` controller, per architecture update:
     #: ``I <- max(0, I + dual_lr * g)`` with ``g = E[c]/T - 1``.
     dual_lr: float = 0.02
     #: Proportional gain: the weight is ``max(0, I + dual_gain * g)``; it damps the
@@ -146,6 +157,12 @@ class PenaltyConfig:
                 raise HwAwareError(
                     f"penalty {power} {getattr(self, power)} shapes the fixed-weight and budget forms only; with "
                     f"{cost}_target the term is weight * {cost} / target: drop {power} or set {cost}_target: null")
+        if self.controller not in ("projection", "pi"):
+            raise HwAwareError(f"penalty controller must be 'projection' or 'pi', got {self.controller!r}")
+        _finite("penalty export_fill", self.export_fill, nonnegative=True)
+        if self.export_fill >= 1:
+            raise HwAwareError(f"penalty export_fill is a share of the targets, so it must be < 1, "
+                               f"got {self.export_fill}")
         _finite("penalty dual_lr", self.dual_lr, positive=True)
         _finite("penalty dual_gain", self.dual_gain, nonnegative=True)
 

@@ -183,6 +183,12 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         for label, alpha in self.masks.alphas.items():
             alpha.requires_grad_(stage.searches and str(label) in stage.layers)
         self.masks.tau, self.masks.hard = self.plan.temperature_now(), self.temperature.hard  # type: ignore[union-attr]
+        if stage.searches and self.plan.epoch_in_stage == 0 and self.hardware_penalty.has_targets:  # type: ignore[union-attr]
+            # a stage's targets: the network's, or its share when a later stage searches more layers
+            self.hardware_penalty.set_stage(self._probabilities(), stage.layers, self.plan.later_layers())  # type: ignore[union-attr]
+
+    def _probabilities(self) -> dict[str, torch.Tensor]:
+        return {str(label): self.masks.probabilities(label).detach() for label in self.masks.labels}
 
     def frozen_parameters(self) -> list[nn.Parameter]:
         """The weights and architecture parameters the current stage must not change."""
@@ -291,8 +297,10 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             params = self._architecture_backward(loss)
             arc_optim.step()
             if self.hardware_penalty.has_targets:  # the weights follow the distribution to its targets
-                self.hardware_penalty.dual_step({label: self.masks.probabilities(label).detach()
-                                                 for label in self.masks.labels})
+                if self.hardware_penalty.config.controller == "projection":
+                    self.hardware_penalty.project(self.masks.alphas, stage.layers)
+                else:
+                    self.hardware_penalty.dual_step(self._probabilities())
             if params:
                 alphas_finite = torch.isfinite(torch.cat([p.detach().flatten() for p in params])).all()
             self._accumulate(loss=total, ce=ce_value, penalty=penalty_value,
@@ -400,7 +408,9 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
                 self._best_train = (train_top1, self.current_epoch)
         if self.hardware_penalty.has_targets:  # the weights the targets set, this epoch's end
             latency_weight, memory_weight = self.hardware_penalty.weights.tolist()
-            record.update(latency_weight=latency_weight, memory_weight=memory_weight)
+            stage_latency, stage_memory = self.hardware_penalty.stage_targets.tolist()
+            record.update(latency_weight=latency_weight, memory_weight=memory_weight,
+                          stage_latency_target_ms=stage_latency, stage_memory_target_mb=stage_memory)
         self.history.append(record)
         numeric = {f"search/{k}": float(v) for k, v in record.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "default"}

@@ -46,7 +46,8 @@ architecture parameters (NNI 3.0's own ``penalty=`` does not; see
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -115,6 +116,18 @@ class HardwarePenalty(nn.Module):
         self.register_buffer("weights", torch.tensor([float(config.alpha), float(config.gamma)]))
         #: The controller's integral terms (the weights without the proportional part).
         self.register_buffer("integral", torch.tensor([float(config.alpha), float(config.gamma)]))
+        #: The targets of the current stage (ms, MB; NaN: no target): the whole network's targets,
+        #: or in a stage that leaves layers to a later one, its share (:meth:`set_stage`).
+        self.register_buffer("stage_targets", torch.tensor([
+            math.nan if t is None else float(t) for t in (self.latency_target, self.memory_target)]))
+        table = cost_model.choice_table()
+        #: Per label, each value's latency and memory (rows 0 and 1), what a projection tilts by.
+        self._value_costs = {}
+        for label in self.labels:
+            rows = table[table.label == label].set_index("value")
+            self._value_costs[label] = torch.tensor(
+                [[float(rows.latency_ms.iloc[j]), float(rows.memory_mb.iloc[j])]
+                 for j in range(len(self.names[label]))], dtype=torch.float32).T.contiguous()
 
     def _one_hot(self, arch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         masks = {}
@@ -166,15 +179,111 @@ class HardwarePenalty(nn.Module):
         c = self.config
         latency, memory = self.expected_costs(masks)
         weights = self.weights.to(latency.device)
+        targets = self.stage_targets.to(latency.device)
         if self.latency_target is not None:
-            lat_term = weights[0] * latency / self.latency_target
+            lat_term = weights[0] * latency / targets[0]
         else:
             lat_term = self._term(latency, self.latency_ref, c.alpha, c.beta, self.latency_budget is not None)
         if self.memory_target is not None:
-            mem_term = weights[1] * memory / self.memory_target
+            mem_term = weights[1] * memory / targets[1]
         else:
             mem_term = self._term(memory, self.memory_ref, c.gamma, c.delta, self.memory_budget is not None)
+        if self.has_targets and c.controller == "projection":  # the projection moves the logits: the
+            # terms are the Lagrangian's value (what the loss and the collapse guard read), no gradient
+            lat_term, mem_term = lat_term.detach(), mem_term.detach()
         return lat_term, mem_term, latency, memory
+
+    def _targets_now(self) -> list[float | None]:
+        return [None if math.isnan(t) else t for t in self.stage_targets.tolist()]
+
+    @torch.no_grad()
+    def set_stage(self, probabilities: Mapping[str, torch.Tensor], searched: Collection[str],
+                  later: Collection[str]) -> None:
+        """Set the targets of a stage that searches ``searched`` while ``later`` labels wait for a later
+        stage (their distribution, like every frozen label's, stays as ``probabilities`` say).
+
+        The last searching stage (no ``later``) aims at the network's targets. An earlier one aims at
+        its share of the way there: with ``E`` the cost expected now and ``T`` the target, the stage's
+        target is ``E - (E - T) * r_S / (r_S + r_L)``, where ``r_S`` (``r_L``) is how much ``E`` falls
+        with the searched (later) labels at their cheapest values. Without shares, a first stage
+        would have to meet the whole network's target with half of its layers, pushing them all to
+        their cheapest values (and the controller's weight past what the next stage needs).
+        """
+        probabilities = {label: probabilities[label].detach().float().cpu() for label in self.labels}
+        now = [float(v) for v in self.expected_costs(probabilities)]
+        for k, target in enumerate((self.latency_target, self.memory_target)):
+            if target is None or not later or now[k] <= target:
+                self.stage_targets[k] = math.nan if target is None else target
+                continue
+            falls = []
+            for part in (searched, later):
+                cheapest = dict(probabilities)
+                for label in part:
+                    one = torch.zeros(len(self.names[label]))
+                    one[int(self._value_costs[label][k].argmin())] = 1.0
+                    cheapest[label] = one
+                falls.append(max(0.0, now[k] - float(self.expected_costs(cheapest)[k])))
+            share = falls[0] / (falls[0] + falls[1]) if falls[0] + falls[1] > 0 else 1.0
+            self.stage_targets[k] = now[k] - (now[k] - target) * share
+
+    @torch.no_grad()
+    def project(self, alphas: Mapping[str, torch.Tensor], searched: Collection[str], *,
+                tolerance: float = 1e-3, max_weight: float = 64.0) -> list[float]:
+        """Tilt the logits of the ``searched`` labels in place so the expected costs fit the stage's
+        targets: ``alpha_l <- alpha_l - w_lat * lat_l / T_lat - w_mem * mem_l / T_mem`` (``lat_l``,
+        ``mem_l``: each value's costs), with the smallest weights ``w >= 0`` that bring every expected
+        cost to its target (bisection, one cost at a time until neither moves). A distribution already
+        within its targets is left alone (``w = 0``). The weights are the constraints' multipliers
+        (the KL projection of ``softmax(alpha)`` onto ``E[c] <= T`` is this exponential tilt); they
+        are kept in :attr:`weights` and returned. At ``max_weight`` the searched labels sit on their
+        cheapest values: the stage cannot reach its target (the export says so)."""
+        targets = self._targets_now()
+        active = [k for k in (0, 1) if targets[k] is not None]
+        moving = [label for label in self.labels if label in {str(s) for s in searched}]
+        if not active or not moving:
+            return [0.0, 0.0]
+        base = {label: alphas[label].detach().float().cpu() for label in self.labels}
+        tilt = {label: self._value_costs[label] / torch.tensor([[targets[0] or 1.0], [targets[1] or 1.0]])
+                for label in moving}
+
+        def costs(weights: Sequence[float]) -> list[float]:
+            shift = torch.tensor([[weights[0]], [weights[1]]])
+            probabilities = {label: (base[label] - (shift * tilt[label]).sum(0) if label in tilt
+                                     else base[label]).softmax(-1) for label in self.labels}
+            return [float(v) for v in self.expected_costs(probabilities)]
+
+        weights = [0.0, 0.0]
+        for _ in range(8):
+            moved = False
+            for k in active:
+                limit = targets[k] * (1 + tolerance)
+                trial = list(weights)
+                trial[k] = 0.0
+                if costs(trial)[k] <= limit:
+                    found = 0.0
+                else:
+                    low, high = 0.0, 1.0
+                    while high < max_weight and costs([high if j == k else weights[j] for j in (0, 1)])[k] > limit:
+                        low, high = high, min(2 * high, max_weight)
+                    for _ in range(30):
+                        if high - low <= 1e-4 * high:
+                            break
+                        mid = (low + high) / 2
+                        if costs([mid if j == k else weights[j] for j in (0, 1)])[k] > limit:
+                            low = mid
+                        else:
+                            high = mid
+                    found = high
+                moved = moved or abs(found - weights[k]) > 1e-4 * (1 + found)
+                weights[k] = found
+            if not moved:
+                break
+        if any(weights):
+            shift = torch.tensor([[weights[0]], [weights[1]]])
+            for label in moving:
+                alphas[label].sub_((shift * tilt[label]).sum(0).to(alphas[label]))
+        self.weights.copy_(torch.tensor(weights, dtype=self.weights.dtype))
+        return weights
 
     @torch.no_grad()
     def dual_step(self, probabilities: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]) -> None:
@@ -185,7 +294,7 @@ class HardwarePenalty(nn.Module):
             c = self.config
             for k, (value, target) in enumerate(((latency, self.latency_target), (memory, self.memory_target))):
                 if target is not None:
-                    gap = value.to(self.weights) / target - 1.0
+                    gap = value.to(self.weights) / self.stage_targets[k] - 1.0
                     self.integral[k] = (self.integral[k] + c.dual_lr * gap).clamp_min(0.0)
                     self.weights[k] = (self.integral[k] + c.dual_gain * gap).clamp_min(0.0)
 

@@ -73,6 +73,16 @@ class StagePlan:
             raise RuntimeError("the stage plan is finished")
         return self.stages[self.index]
 
+    def later_layers(self) -> tuple[str, ...]:
+        """The layers a later stage searches that neither this stage nor an earlier one has searched:
+        what is still to move when this stage ends (empty in the last searching stage)."""
+        if self.done:
+            return ()
+        searched = {label for stage in self.stages[: self.index + 1] if stage.searches for label in stage.layers}
+        return tuple(label for label in self.labels
+                     if label not in searched and any(label in s.layers for s in self.stages[self.index + 1:]
+                                                      if s.searches))
+
     def max_total_epochs(self) -> int:
         """The most epochs the plan can take (every stage to its limit)."""
         return sum(stage.max_epochs for stage in self.stages)

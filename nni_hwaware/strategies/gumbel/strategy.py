@@ -21,6 +21,7 @@ largest probability of each label.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -48,6 +49,8 @@ from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
 from nni_hwaware.strategies.gumbel.supernet import GumbelMixedLayer, LabelMasks
 
 __all__ = ["HardwareGumbelDARTS", "fitting_architecture"]
+
+_logger = logging.getLogger("nni_hwaware.gumbel")
 
 
 class HardwareGumbelDARTS(GumbelDARTS):
@@ -185,7 +188,8 @@ class HardwareGumbelDARTS(GumbelDARTS):
         limits = _limits(penalty)
         if not limits:
             return self.module.architecture()
-        return fitting_architecture(penalty.model, self.probabilities(), limits)
+        fill = penalty.config.export_fill if penalty.has_targets else 0.0
+        return fitting_architecture(penalty.model, self.probabilities(), limits, fill=fill)
 
     def probabilities(self) -> dict[str, dict[Any, float]]:
         """``softmax(alpha)`` of every label: value -> probability."""
@@ -207,9 +211,15 @@ def _limits(penalty: HardwarePenalty) -> dict[str, float]:
 
 
 def fitting_architecture(model: Any, probabilities: Mapping[str, Mapping[Any, float]],
-                         limits: Mapping[str, float]) -> dict[str, Any]:
+                         limits: Mapping[str, float], *, fill: float = 0.0) -> dict[str, Any]:
     """The most probable architecture under ``probabilities`` (label -> value -> probability)
-    whose predicted costs on ``model`` are within ``limits`` (``latency_ms`` / ``memory_mb``)."""
+    whose predicted costs on ``model`` are within ``limits`` (``latency_ms`` / ``memory_mb``).
+
+    ``fill > 0``: the most probable one whose costs are also at least ``(1 - fill)`` of every
+    limit (one that lands on its targets, like TF-NAS's elasticity step: the mode of a
+    distribution whose expected cost is on its target is often well under it); where none
+    is, at least that share of the latency limit, then of the memory limit, then no floor
+    (logged in one line)."""
     import math
 
     from nni_hwaware.strategies.budget import Budget, BudgetMask
@@ -218,7 +228,23 @@ def fitting_architecture(model: Any, probabilities: Mapping[str, Mapping[Any, fl
     labels, candidates = list(mask.model.labels), [list(c) for c in mask.model.candidates]
     logp = [[math.log(max(float(probabilities[label].get(v, 0.0)), 1e-300)) for v in values]
             for label, values in zip(labels, candidates, strict=True)]
-    found = mask.most_probable(logp)
+    floors: list[dict[str, float]] = []
+    if fill > 0:
+        band = {m: (1 - fill) * v for m, v in limits.items()}
+        floors = [band, *([{m: band[m]} for m in ("latency_ms", "memory_mb") if m in band] if len(band) > 1 else [])]
+    found = None
+    for floor in floors:
+        try:
+            found = mask.most_probable(logp, floor=floor)
+        except HwAwareError:  # the exact search ran out of steps: try a looser floor
+            found = None
+        if found is not None:
+            break
+    if floors and found is None:
+        _logger.warning("no architecture within %.0f %% under the targets (%s); exporting the most probable one "
+                        "within them", 100 * fill, ", ".join(f"{k} {v:.4g}" for k, v in limits.items()))
+    if found is None:
+        found = mask.most_probable(logp)
     if found is None:
         text = ", ".join(f"{k} {v:.4g}" for k, v in limits.items())
         raise HwAwareError(f"no architecture of the space fits {text} as the table predicts; raise the target")

@@ -236,8 +236,11 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         hparams = getattr(self.training_module, "hparams", {})
         lr = hparams.get("learning_rate") if hasattr(hparams, "get") else None
         c = self.hardware_penalty.config
-        if self.hardware_penalty.has_targets:  # the weights are the controller's: its gains move them
+        if self.hardware_penalty.has_targets and c.controller == "pi":  # the controller's gains move the weights
             weights = f"the targets' controller gains (penalty.dual_lr {c.dual_lr:g}, penalty.dual_gain {c.dual_gain:g})"
+        elif self.hardware_penalty.has_targets:  # the projection solves the weights: the targets set them
+            weights = (f"raise the targets (penalty.latency_target {c.latency_target}, "
+                       f"memory_target {c.memory_target})")
         else:
             weights = f"the penalty weights (penalty.alpha {c.alpha:g}, penalty.gamma {c.gamma:g})"
         return HwAwareError(

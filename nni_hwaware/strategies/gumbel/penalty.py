@@ -29,14 +29,24 @@ for a target ``T`` (in ms or MB, or ``"N%"`` of the baseline's cost): only the e
 over the budget is penalised.
 
 In target mode (``latency_target`` / ``memory_target``) a term is ``w * c(a)/T``, the
-Lagrangian of ``E[c] <= T``, and the multiplier ``w`` is set after every architecture
-update from the cost expected under the architecture distribution ``softmax(alpha)``
-(:meth:`HardwarePenalty.dual_step`), by a PI controller on ``g = E[c]/T - 1``:
+Lagrangian of ``E[c] <= T`` for the cost expected under the architecture distribution
+``softmax(alpha)``. By default (``controller: projection``, :meth:`HardwarePenalty.project`)
+the multiplier is solved for after every architecture update: the searched labels' logits
+are tilted by ``-w * c_v / T`` (each value ``v``'s cost), the KL projection of the
+distribution onto the constraint, with the smallest ``w >= 0`` that brings ``E[c]`` to ``T``
+(bisection). The distribution is on its target from the first update and cannot wind past
+it; the terms are then the Lagrangian's value, without gradient (the tilt is the penalty's
+step). A staged search gives an earlier stage its share of the way to the target
+(:meth:`HardwarePenalty.set_stage`), so its layers are not all pushed to their cheapest
+values to meet the whole network's target alone. With ``controller: pi`` the multiplier is
+stepped instead (:meth:`HardwarePenalty.dual_step`), by a PI controller on ``g = E[c]/T - 1``:
 ``I <- max(0, I + dual_lr * g)`` (dual ascent; ``I`` starts at ``alpha`` / ``gamma``) and
 ``w = max(0, I + dual_gain * g)``. A distribution above its target raises the weight
 until it comes down to the target; one below it lowers the weight to zero, so accuracy
 decides. Plain dual ascent (``dual_gain = 0``) circles the target (0.86-1.23x of it on a
-two-layer toy after 2,000 steps); the proportional term lands it within 0.2 %. The user
+two-layer toy after 2,000 steps); the proportional term lands it within 0.2 %, given
+a thousand steps (a digits search has about a hundred: there it stays far above its
+targets, or winds past them to every layer's cheapest block). The user
 gives a target, not a weight (TF-NAS, TuNAS: fixed weights land anywhere around one).
 
 Because ``m`` are tensors of the forward pass, ``P`` carries a gradient to the

@@ -122,13 +122,27 @@ def test_a_first_stage_aims_at_its_share_and_leaves_the_rest_to_the_next() -> No
     assert final == pytest.approx(penalty.latency_target, rel=2e-3)
 
 
+def test_the_export_reads_what_the_loss_learned_not_the_projections_tilt() -> None:
+    """The tilts are kept: the logits less them are the loss's own (here: untouched), so the export
+    is not every label's cheapest value just because the projection moved mass there."""
+    penalty = HardwarePenalty(_model(), PenaltyConfig(latency_target="45%", gamma=0.0))
+    start = {label: torch.tensor([0.0, 1.0, 2.0]) for label in penalty.labels}
+    logits = {label: value.clone() for label, value in start.items()}
+    for _ in range(3):
+        penalty.project(logits, penalty.labels)
+    tilted = {label: int(value.argmax()) for label, value in logits.items()}
+    assert tilted == dict.fromkeys(penalty.labels, 0)  # the mode under the tilt: every label's cheapest
+    learned = penalty.learned(logits)
+    assert all(torch.allclose(learned[label], start[label], atol=1e-5) for label in penalty.labels)
+
+
 def test_the_weights_and_the_controller_state_go_with_the_module_state() -> None:
     config = PenaltyConfig(latency_target="45%", memory_target="60%", controller="pi")
     penalty = HardwarePenalty(_model(), config)
     penalty.dual_step([torch.tensor([0.0, 0.0, 1.0])] * 2)  # the dearest network: both weights rise
     penalty.set_stage({label: torch.full((3,), 1 / 3) for label in penalty.labels}, ["layer2_0"], ["layer1_0"])
     state = penalty.state_dict()
-    assert set(state) == {"weights", "integral", "stage_targets"}
+    assert set(state) == {"weights", "integral", "stage_targets", "tilts"}
     assert (state["weights"] > torch.tensor([1.0, 0.5])).all()
     fresh = HardwarePenalty(_model(), config)
     fresh.load_state_dict(state)

@@ -130,6 +130,14 @@ class HardwarePenalty(nn.Module):
         #: or in a stage that leaves layers to a later one, its share (:meth:`set_stage`).
         self.register_buffer("stage_targets", torch.tensor([
             math.nan if t is None else float(t) for t in (self.latency_target, self.memory_target)]))
+        #: The projections' tilts added up, every label's values in a row (saved with the state):
+        #: the logits less these are what the loss alone taught (:meth:`learned`).
+        self._offsets: dict[str, slice] = {}
+        start = 0
+        for label in self.labels:
+            self._offsets[label] = slice(start, start + len(self.names[label]))
+            start += len(self.names[label])
+        self.register_buffer("tilts", torch.zeros(start))
         table = cost_model.choice_table()
         #: Per label, each value's latency and memory (rows 0 and 1), what a projection tilts by.
         self._value_costs = {}
@@ -291,9 +299,22 @@ class HardwarePenalty(nn.Module):
         if any(weights):
             shift = torch.tensor([[weights[0]], [weights[1]]])
             for label in moving:
-                alphas[label].sub_((shift * tilt[label]).sum(0).to(alphas[label]))
+                step = (shift * tilt[label]).sum(0)
+                alphas[label].sub_(step.to(alphas[label]))
+                self.tilts[self._offsets[label]] -= step.to(self.tilts)
         self.weights.copy_(torch.tensor(weights, dtype=self.weights.dtype))
         return weights
+
+    @torch.no_grad()
+    def learned(self, logits: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The logits less every projection's tilt: what the loss alone made of each label's values.
+
+        The tilted logits sample the networks the supernet trains (their expected cost on the
+        targets); their mode is much cheaper than their mean (the tilt moves mass onto every
+        label's cheapest value alike, so most labels' mode is their cheapest). The export reads
+        these instead, with the targets as hard limits: the loss's preferences, under the budget."""
+        return {label: logits[label].detach().float().cpu() - self.tilts[self._offsets[label]].cpu()
+                for label in self.labels}
 
     @torch.no_grad()
     def dual_step(self, probabilities: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]) -> None:

@@ -192,10 +192,17 @@ class HardwareGumbelDARTS(GumbelDARTS):
         return fitting_architecture(penalty.model, self.probabilities(), limits, fill=fill)
 
     def probabilities(self) -> dict[str, dict[Any, float]]:
-        """``softmax(alpha)`` of every label: value -> probability."""
-        masks = self.module.masks
-        return {str(label): dict(zip(masks.values[label], masks.probabilities(label).detach().cpu().tolist(),
-                                     strict=True)) for label in masks.labels}
+        """Every label's distribution the export reads: value -> probability. ``softmax(alpha)``; with
+        targets met by projection, ``softmax`` of the logits less the projections' tilts (what the
+        loss learned, :meth:`HardwarePenalty.learned`; the targets are then the export's hard limits)."""
+        masks, penalty = self.module.masks, self.module.hardware_penalty
+        if penalty.has_targets and penalty.config.controller == "projection":
+            logits = penalty.learned({str(label): masks.alphas[label] for label in masks.labels})
+            rows = {str(label): logits[str(label)].softmax(-1) for label in masks.labels}
+        else:
+            rows = {str(label): masks.probabilities(label).detach().cpu() for label in masks.labels}
+        return {str(label): dict(zip(masks.values[label], rows[str(label)].tolist(), strict=True))
+                for label in masks.labels}
 
     @property
     def history(self) -> list[dict[str, Any]]:

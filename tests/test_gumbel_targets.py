@@ -357,3 +357,83 @@ def test_refit_corrects_each_target_by_the_found_networks_predicted_over_measure
                                                     "penalty.alpha": 1.5}))
     with pytest.raises(HwAwareError, match="--refit needs the found network measured against the baseline"):
         check_refit(config.replace(baseline=False))
+
+
+def test_an_export_measured_over_its_target_is_exported_again_under_a_limit_lowered_by_the_excess(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table is a prior: where this machine times the exported network over the target (here the table
+    under-predicts every network with a bottleneck first by 15 %), the export is redone with the latency limit
+    scaled by target / measured, and the network retrained is the one measured within the target."""
+    import json
+
+    import nni_hwaware.training.compare as compare
+    from nni_hwaware.spaces.resolve import resolve_space
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig
+    from nni_hwaware.strategies.gumbel.search import SearchOutcome, measured_export
+
+    model, space = _model(), resolve_space(tiny_config())
+    assert space.baseline(model) == {"layer1_0": "bottleneck", "layer2_0": "bottleneck"}  # 2.75 ms
+    timed: list[dict] = []
+
+    def measure(space_, arch, reference_, **timing):
+        timed.append(dict(arch))
+        bias = 1.15 if arch["layer1_0"] == "bottleneck" else 1.0
+        ratio = bias * model.predict(arch).latency_ms / model.predict(reference_).latency_ms
+        return {"latency_ms": ratio, "memory_mb": model.predict(arch).memory_mb, "reference_latency_ms": 1.0,
+                "reference_memory_mb": model.predict(reference_).memory_mb, "latency_ratio": ratio,
+                "latency_ratio_ci95_low": ratio, "latency_ratio_ci95_high": ratio, "timing_rounds": 5}
+
+    monkeypatch.setattr(compare, "measure_against_reference", measure)
+    config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
+        "latency_target": "75%", "memory_target": None, "gamma": 0.0}})
+    probabilities = {"layer1_0": {"skip": 0.3, "basic": 0.1, "bottleneck": 0.6},
+                     "layer2_0": {"skip": 0.6, "basic": 0.1, "bottleneck": 0.3}}
+    first = fitting_architecture(model, probabilities, {"latency_ms": 0.75 * 2.75}, fill=0.05)
+    assert first == {"layer1_0": "bottleneck", "layer2_0": "skip"}  # 1.95 ms as the table says, 0.709
+    outcome = SearchOutcome(arch=first, probabilities=probabilities, history=[{"epoch": 0}], search_seconds=1.0,
+                            alpha=0.0, arch_path=tmp_path / "arch.json")
+    lines: list[str] = []
+    checked = measured_export(config, space, model, outcome, log=lines.append)
+    # measured 0.815 > 0.75: the limit falls to 2.0625 * 0.75 / 0.815 = 1.897 ms, whose band holds skip+bottleneck
+    assert checked.arch == {"layer1_0": "skip", "layer2_0": "bottleneck"}
+    assert timed == [first, checked.arch]
+    checks = checked.history[-1]["export_checks"]
+    assert [c["within"] for c in checks] == [False, True]
+    assert checks[0]["measured_latency_ratio"] == pytest.approx(1.15 * 1.95 / 2.75)
+    assert checks[1]["limits"]["latency_ms"] == pytest.approx(0.75 * 2.75 * 0.75 / (1.15 * 1.95 / 2.75))
+    assert len(lines) == 1 and "within the targets" in lines[0]
+    assert json.loads((tmp_path / "arch.json").read_text())["arch"] == checked.arch
+
+    # trusting the table: nothing is timed, the export stays
+    timed.clear()
+    config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
+        "latency_target": "75%", "memory_target": None, "gamma": 0.0, "export_checks": 0}})
+    assert measured_export(config, space, model, outcome, log=lines.append).arch == first and not timed
+
+
+def test_an_export_no_network_of_which_measures_within_its_target_keeps_the_nearest_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nni_hwaware.training.compare as compare
+    from nni_hwaware.spaces.resolve import resolve_space
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig
+    from nni_hwaware.strategies.gumbel.search import SearchOutcome, measured_export
+
+    model, space = _model(), resolve_space(tiny_config())
+
+    def measure(space_, arch, reference_, **timing):  # this chip is twice as slow as the table, relative
+        ratio = 2.0 * model.predict(arch).latency_ms / model.predict(reference_).latency_ms
+        return {"latency_ms": ratio, "memory_mb": 1.0, "reference_latency_ms": 1.0, "reference_memory_mb": 1.0,
+                "latency_ratio": ratio, "latency_ratio_ci95_low": ratio, "latency_ratio_ci95_high": ratio,
+                "timing_rounds": 5}
+
+    monkeypatch.setattr(compare, "measure_against_reference", measure)
+    config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
+        "latency_target": "75%", "memory_target": None, "gamma": 0.0}})
+    probabilities = {"layer1_0": {"skip": 0.3, "basic": 0.1, "bottleneck": 0.6},
+                     "layer2_0": {"skip": 0.6, "basic": 0.1, "bottleneck": 0.3}}
+    outcome = SearchOutcome(arch={"layer1_0": "bottleneck", "layer2_0": "skip"}, probabilities=probabilities,
+                            history=[], search_seconds=1.0, alpha=0.0, arch_path=tmp_path / "arch.json")
+    lines: list[str] = []
+    checked = measured_export(config, space, model, outcome, log=lines.append)
+    assert checked.arch == {"layer1_0": "skip", "layer2_0": "skip"}  # 2 * 1.05 / 2.75 = 0.76, the nearest
+    assert len(lines) == 1 and "none within the targets as measured; kept the nearest" in lines[0]

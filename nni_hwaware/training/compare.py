@@ -90,8 +90,8 @@ def measure_against_reference(space: Any, arch: Mapping[str, Any], reference: Ma
     with the space's ``reference`` architecture (at most ``seconds``), and its memory. Both are built
     from the seed (timing does not depend on the trained weights).
 
-    Returns ``{latency_ms, memory_mb, reference_latency_ms, latency_ratio, latency_ratio_ci95_low,
-    latency_ratio_ci95_high, timing_rounds}``: the latency over rounds (10th percentile), weights plus the
+    Returns ``{latency_ms, memory_mb, reference_latency_ms, reference_memory_mb, latency_ratio,
+    latency_ratio_ci95_low, latency_ratio_ci95_high, timing_rounds}``: the latency over rounds (10th percentile), weights plus the
     peak of live activations plus the input (as the cost tables count it), and the per-round
     ratio to the reference (which holds when the machine's speed moves).
     """
@@ -113,6 +113,7 @@ def measure_against_reference(space: Any, arch: Mapping[str, Any], reference: Ma
     ratio = timing.ratio(0, 1)
     input_mb = 4 * batch_size * math.prod(shape) / BYTES_PER_MB
     return {"latency_ms": costs[0].latency.ms, "memory_mb": costs[0].memory_mb + input_mb,
-            "reference_latency_ms": costs[1].latency.ms, "latency_ratio": ratio["ratio"],
+            "reference_latency_ms": costs[1].latency.ms, "reference_memory_mb": costs[1].memory_mb + input_mb,
+            "latency_ratio": ratio["ratio"],
             "latency_ratio_ci95_low": ratio["ci95"][0], "latency_ratio_ci95_high": ratio["ci95"][1],
             "timing_rounds": timing.rounds}

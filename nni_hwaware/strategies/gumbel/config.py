@@ -120,6 +120,11 @@ class PenaltyConfig:
     #: within ``[1 - export_fill, 1]`` of the targets, where one is (0: the most probable within
     #: them, however far under).
     export_fill: float = 0.05
+    #: Target mode: how many times the exported network is timed against the baseline on this
+    #: machine (interleaved) before it is retrained; one measured over a target is exported
+    #: again with that target's limit scaled by target / measured ratio (the table is a prior:
+    #: the chip's measurement wins). 0: trust the table.
+    export_checks: int = 3
     #: Integral gain of the ``pi`` controller, per architecture update:
     #: ``I <- max(0, I + dual_lr * g)`` with ``g = E[c]/T - 1``.
     dual_lr: float = 0.02
@@ -163,6 +168,9 @@ class PenaltyConfig:
         if self.export_fill >= 1:
             raise HwAwareError(f"penalty export_fill is a share of the targets, so it must be < 1, "
                                f"got {self.export_fill}")
+        if isinstance(self.export_checks, bool) or not isinstance(self.export_checks, int) or self.export_checks < 0:
+            raise HwAwareError(f"penalty export_checks must be an integer >= 0 (0: trust the table), "
+                               f"got {self.export_checks!r}")
         _finite("penalty dual_lr", self.dual_lr, positive=True)
         _finite("penalty dual_gain", self.dual_gain, nonnegative=True)
 

@@ -275,10 +275,7 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
                          for c in checks)
         verdict = "within the targets" if nearest["within"] else "none within the targets as measured; kept the nearest"
         log(f"export measured against the baseline on this machine: {line}; {verdict}")
-    if nearest["arch"] == outcome.arch and len(checks) == 1:
-        outcome = dataclasses.replace(outcome, history=[*outcome.history])
-    else:
-        outcome = dataclasses.replace(outcome, arch=dict(nearest["arch"]))
+    outcome = dataclasses.replace(outcome, arch=dict(nearest["arch"]), history=[*outcome.history])
     if outcome.history:
         outcome.history[-1] = {**outcome.history[-1], "export_checks": checks}
     if _is_rank_zero():

@@ -171,3 +171,36 @@ def test_every_profiled_block_counts_match_torch(tiny_profile: Path) -> None:
         row = frame.loc[(entry.block, entry.shape_str)]
         assert row.flops == counter.get_total_flops(), entry
         assert row.params == sum(p.numel() for p in module.parameters()), entry
+
+
+def test_fidelity_passes_share_the_rounds(tiny_profile: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine's phases slow networks unevenly: passes timed one after the other would disagree.
+
+    A fake engine gives every call its own phase, in which each network's cost is scaled by a
+    factor of its own; within one call (the same rounds), both instances of a network agree.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from nni_hwaware.cost_model import fidelity
+
+    calls: list[int] = []
+
+    def fake_measure(space, samples, input_shape, **options):
+        calls.append(len(samples))
+        keys = [repr(sorted(s.items())) for s in samples]
+        index = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        base = np.linspace(1.0, 1.2, len(index))  # the networks' own costs: 20 % apart at most
+        phase = np.random.default_rng(len(calls)).uniform(0.7, 1.4, size=len(index))  # this run's uneven slowdown
+        ms = [float(base[index[key]] * phase[index[key]]) for key in keys]
+        frame = pd.DataFrame({"latency_ms": ms, "memory_mb": 1.0, "flops": 1, "latency_vs_reference": ms})
+        frame.attrs["timing"] = {"rounds": 10, "share_met": 1.0, "probe_drift": 1.0}
+        return frame
+
+    monkeypatch.setattr(fidelity, "measure_samples", fake_measure)
+    named = resolve_space("digits_tiny")
+    model = space_model(named, CostTable.load(tiny_profile))
+    figures, frame = fidelity.check_fidelity(named.space, model, named.input_shape, 12, seed=0)
+    assert calls == [24]  # both passes (two instances of each network) in one run of shared rounds
+    assert figures["latency"]["ceiling"] > 0.999
+    assert (frame.measured_latency_ms == frame.measured_again_ms).all()

@@ -2,8 +2,9 @@
 
 For each space: profile it (every distinct leaf once; batch 1, 1 thread; the one
 measuring engine, shared shuffled rounds), measure ``k`` random networks end to end in
-two independent passes (each in shared rounds with the space's reference network as
-the probe), and compare the prediction with the first pass: Spearman, Kendall, MAPE,
+two passes of independently built instances, interleaved in the same shuffled rounds
+with the space's reference network as the probe (``--check-seconds`` per network timed:
+the truth's precision), and compare the prediction with the first pass: Spearman, Kendall, MAPE,
 share within +-10 % in ms and relative to the reference network timed in the same
 rounds (which cancels drift of the machine's speed between profiling and checking).
 The noise ceiling is the Spearman of the two passes. With ``--load`` each space is done
@@ -34,7 +35,7 @@ DEFAULT_SPACES = ["nni:NasBench201", "nni:ProxylessNAS", "nni:ShuffleNetSpace", 
                   "own_space:OwnSpace", "digits"]
 
 
-def run(spec: str, k: int, batch_size: int, seed: int) -> dict[str, object]:
+def run(spec: str, k: int, batch_size: int, seed: int, check_seconds: float) -> dict[str, object]:
     named = resolve_space(spec)
     start = time.perf_counter()
     leaves = find_leaves(named.space, named.dummy_input())
@@ -43,12 +44,12 @@ def run(spec: str, k: int, batch_size: int, seed: int) -> dict[str, object]:
     profiled = time.perf_counter() - start
     model = space_cost_model(leaves, table, batch_size=batch_size, name=spec)
     figures, _ = check_fidelity(named.space, model, named.input_shape, k, seed=seed,
-                                reference=named.baseline(model))
+                                reference=named.baseline(model), max_seconds=check_seconds * (2 * k + 1))
     latency = figures["latency"]
     leaf_rows = table.frame[table.frame.kind == "leaf"]
     return {key: round(latency[key], 4) for key in ("spearman", "kendall", "mape", "within10",
                                                      "within10_vs_reference", "ceiling", "flops_spearman",
-                                                     "probe_drift")} | {
+                                                     "probe_drift", "share_met")} | {"rounds": latency["rounds"],
         "profile_share_met": round(float(leaf_rows.met_target.astype(bool).mean()), 3),
         "profile_probe_drift": round(float(leaf_rows.probe_drift.max()), 3),
         "n": latency["n"], "profile_s": round(profiled, 1), "leaves": leaves.occurrences(),
@@ -63,15 +64,18 @@ def main() -> None:
     parser.add_argument("-k", type=int, default=100, help="random networks per space")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--check-seconds", type=float, default=2.0,
+                        help="seconds of shared rounds per network timed by the check (both passes and the "
+                             "reference): the truth's precision; `validate` gives 1 s by default")
     parser.add_argument("--load", action="store_true", help="also profile and check each space under the load harness")
     args = parser.parse_args()
     results: dict[str, dict[str, object]] = {}
     for spec in args.space or DEFAULT_SPACES:
-        results[spec] = {"quiet": run(spec, args.k, args.batch_size, args.seed)}
+        results[spec] = {"quiet": run(spec, args.k, args.batch_size, args.seed, args.check_seconds)}
         print(f"{spec} quiet: {json.dumps(results[spec]['quiet'])}", flush=True)
         if args.load:
             with BackgroundLoad(seed=args.seed, seconds=3600):
-                results[spec]["loaded"] = run(spec, args.k, args.batch_size, args.seed)
+                results[spec]["loaded"] = run(spec, args.k, args.batch_size, args.seed, args.check_seconds)
             print(f"{spec} loaded: {json.dumps(results[spec]['loaded'])}", flush=True)
     print(json.dumps({"spaces": results}))
 

@@ -437,3 +437,60 @@ def test_an_export_no_network_of_which_measures_within_its_target_keeps_the_near
     checked = measured_export(config, space, model, outcome, log=lines.append)
     assert checked.arch == {"layer1_0": "skip", "layer2_0": "skip"}  # 2 * 1.05 / 2.75 = 0.76, the nearest
     assert len(lines) == 1 and "none within the targets as measured; kept the nearest" in lines[0]
+
+
+def test_an_export_measured_far_under_its_target_after_a_correction_lands_closer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first export measures 30 % over the table (a region it under-predicts); the limit lowered by that
+    excess gives one 12 % under the target, where the table is only 10 % low: the limit is raised halfway
+    back, and the network kept is the third, within the target and nearest it."""
+    import types
+
+    import nni_hwaware.strategies.gumbel.strategy as strategy
+    import nni_hwaware.training.compare as compare
+    from nni_hwaware.spaces.resolve import resolve_space
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig
+    from nni_hwaware.strategies.gumbel.search import SearchOutcome, measured_export
+
+    space = resolve_space(tiny_config())
+    reference = {"layer1_0": "bottleneck", "layer2_0": "bottleneck"}
+    table = {("skip", "skip"): 0.34, ("skip", "bottleneck"): 0.36, ("bottleneck", "skip"): 0.38,
+             ("skip", "basic"): 0.40, ("basic", "skip"): 0.43, ("bottleneck", "bottleneck"): 1.0}
+    bias = {("basic", "skip"): 1.3}  # elsewhere the chip is 10 % slower than the table, relative
+
+    def key(arch):
+        return arch["layer1_0"], arch["layer2_0"]
+
+    model = types.SimpleNamespace(
+        predict=lambda arch: types.SimpleNamespace(latency_ms=10.0 * table[key(arch)], memory_mb=1.0), chip=None)
+    monkeypatch.setattr(space, "baseline", lambda cost_model: dict(reference))
+
+    def fitting(cost_model, probabilities, limits, fill=0.0):  # the table's dearest network within the limit
+        fits = [k for k, r in table.items() if 10.0 * r <= limits["latency_ms"] and r < 1]
+        return dict(zip(("layer1_0", "layer2_0"), max(fits, key=table.get), strict=True))
+
+    def measure(space_, arch, reference_, **timing):
+        ratio = table[key(arch)] * bias.get(key(arch), 1.1)
+        return {"latency_ms": ratio, "memory_mb": 1.0, "reference_latency_ms": 1.0, "reference_memory_mb": 1.0,
+                "latency_ratio": ratio, "latency_ratio_ci95_low": ratio, "latency_ratio_ci95_high": ratio,
+                "timing_rounds": 5}
+
+    monkeypatch.setattr(strategy, "fitting_architecture", fitting)
+    monkeypatch.setattr(compare, "measure_against_reference", measure)
+    config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
+        "latency_target": "45%", "memory_target": None, "gamma": 0.0}})
+    first = {"layer1_0": "basic", "layer2_0": "skip"}  # the table's 0.43, measured 0.559
+    outcome = SearchOutcome(arch=first, probabilities={}, history=[{"epoch": 0}], search_seconds=1.0, alpha=0.0,
+                            arch_path=tmp_path / "arch.json")
+    checked = measured_export(config, space, model, outcome, log=lambda line: None)
+    checks = checked.history[-1]["export_checks"]
+    # measured 0.559, 1.242x the target: 4.5 ms / 1.242 = 3.62 ms holds the table's 0.36, measured 0.396 (12 % under);
+    # halfway back, sqrt(3.62 * 4.5) = 4.04 ms: the table's 0.40, measured 0.44 (2 % under), the nearest within
+    assert [key(c["arch"]) for c in checks] == [("basic", "skip"), ("skip", "bottleneck"), ("skip", "basic")]
+    assert [c["within"] for c in checks] == [False, True, True]
+    assert checks[2]["limits"]["latency_ms"] == pytest.approx(math.sqrt(4.5 * 4.5 / (0.43 * 1.3 / 0.45)))
+    assert checked.arch == {"layer1_0": "skip", "layer2_0": "basic"}
+    # with one check fewer the landing step does not happen: the first correction's network is kept
+    config = config.replace(**{"penalty.export_checks": 2})
+    assert measured_export(config, space, model, outcome, log=lambda line: None).arch == {
+        "layer1_0": "skip", "layer2_0": "bottleneck"}

@@ -123,7 +123,9 @@ class PenaltyConfig:
     #: Target mode: how many times the exported network is timed against the baseline on this
     #: machine (interleaved) before it is retrained; one measured over a target is exported
     #: again with that target's limit scaled by target / measured ratio (the table is a prior:
-    #: the chip's measurement wins). 0: trust the table.
+    #: the chip's measurement wins), one measured more than ``export_fill`` under it with the
+    #: limit raised halfway towards the lowest one measured over (or by target / measured);
+    #: the network kept is the one within the targets that comes nearest them. 0: trust the table.
     export_checks: int = 3
     #: Integral gain of the ``pi`` controller, per architecture update:
     #: ``I <- max(0, I + dual_lr * g)`` with ``g = E[c]/T - 1``.

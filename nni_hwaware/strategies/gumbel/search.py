@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -226,9 +227,14 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
     While it measures over a target (as a ratio to the baseline), the search's distribution is
     exported again (:func:`~nni_hwaware.strategies.gumbel.strategy.fitting_architecture`) with that
     target's limit scaled by target / measured: the table under-predicting a region of the space by
-    12 % makes the next export aim 12 % lower. At most ``penalty.export_checks`` measurements; the
-    network kept is the last one within every target as measured, else the one nearest them. Each
-    check goes into ``outcome.history``'s last record as ``export_checks`` and into ``arch.json``.
+    12 % makes the next export aim 12 % lower. One measured within but more than
+    ``penalty.export_fill`` under a target lands closer: that limit is raised halfway (geometric
+    mean) towards the lowest limit whose export measured over it, or by target / measured when
+    none did (the table over-predicting the region). An export already measured is not measured
+    again; that ends the checks. At most ``penalty.export_checks`` measurements; the network kept
+    is the one within every target as measured that comes nearest them (the largest mean of its
+    measured / target ratios), else the one nearest them from above. Each check goes into
+    ``outcome.history``'s last record as ``export_checks`` and into ``arch.json``.
     """
     from nni_hwaware.spaces.io import save_architecture
     from nni_hwaware.strategies.gumbel.strategy import fitting_architecture
@@ -246,6 +252,7 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
     timing = {"threads": config.cost.threads, "batch_size": config.cost.batch_size, "backend": config.cost.backend,
               "device": config.cost.device, "seed": config.seed, "seconds": EXPORT_CHECK_SECONDS}
     limits, arch, checks = dict(targets), outcome.arch, []
+    over_limits: dict[str, float] = {}  # per target, the lowest limit whose export measured over it
     for _ in range(penalty.export_checks):
         measured = measure_against_reference(space, arch, reference, **timing)
         predicted = cost_model.predict(arch)
@@ -257,18 +264,27 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
                        "predicted_latency_ratio": predicted.latency_ms / base.latency_ms,
                        "predicted_memory_ratio": predicted.memory_mb / base.memory_mb,
                        "limits": dict(limits), "within": not over})
-        if not over:
-            break
-        for k, excess in over.items():
-            limits[k] /= excess
+        if over:
+            for k, excess in over.items():
+                over_limits[k] = min(over_limits.get(k, math.inf), limits[k])
+                limits[k] /= excess
+        else:
+            short = {k: shares[k] / ratios[k] for k in targets if ratios[k] < shares[k] * (1 - penalty.export_fill)}
+            if not short:
+                break
+            for k, shortfall in short.items():
+                limits[k] = math.sqrt(limits[k] * over_limits[k]) if k in over_limits else limits[k] * shortfall
         try:
             arch = fitting_architecture(cost_model, outcome.probabilities, limits, fill=penalty.export_fill)
         except HwAwareError as err:  # nothing fits the corrected limits: keep the nearest measured
-            log(f"the export measured over its targets and nothing fits the corrected limits ({err})")
+            log(f"the export measured {'over' if over else 'under'} its targets and nothing fits the corrected "
+                f"limits ({err})")
+            break
+        if any(c["arch"] == arch for c in checks):
             break
     within = [c for c in checks if c["within"]]
-    nearest = within[-1] if within else min(checks, key=lambda c: max(
-        c[f"measured_{k.split('_')[0]}_ratio"] / shares[k] for k in targets))
+    nearest = max(within, key=lambda c: sum(_measured(c, k) / shares[k] for k in targets)) if within else min(
+        checks, key=lambda c: max(_measured(c, k) / shares[k] for k in targets))
     if len(checks) > 1 or not nearest["within"]:
         line = ", ".join(f"{_arch_short(c['arch'])}: latency {c['measured_latency_ratio']:.3f} "
                          f"(table {c['predicted_latency_ratio']:.3f}), memory {c['measured_memory_ratio']:.3f}"
@@ -284,6 +300,10 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
                           probabilities=outcome.probabilities, search_seconds=outcome.search_seconds,
                           chip=cost_model.chip, export_checks=checks)
     return outcome
+
+
+def _measured(check: Mapping[str, Any], target: str) -> float:
+    return check[f"measured_{target.split('_')[0]}_ratio"]
 
 
 def _arch_short(arch: Mapping[str, Any]) -> str:

@@ -228,9 +228,9 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
     exported again (:func:`~nni_hwaware.strategies.gumbel.strategy.fitting_architecture`) with that
     target's limit scaled by target / measured: the table under-predicting a region of the space by
     12 % makes the next export aim 12 % lower. One measured within but more than
-    ``penalty.export_fill`` under a target lands closer: that limit is raised halfway (geometric
-    mean) towards the lowest limit whose export measured over it, or by target / measured when
-    none did (the table over-predicting the region). An export already measured is not measured
+    ``penalty.export_fill`` (when > 0) under a target lands closer: that limit is raised halfway
+    (geometric mean) towards the lowest limit whose export measured over it, or by target /
+    measured when none did (the table over-predicting the region). An export already measured is not measured
     again; that ends the checks. At most ``penalty.export_checks`` measurements; the network kept
     is the one within every target as measured that comes nearest them (the largest mean of its
     measured / target ratios), else the one nearest them from above. Each check goes into
@@ -269,7 +269,8 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
                 over_limits[k] = min(over_limits.get(k, math.inf), limits[k])
                 limits[k] /= excess
         else:
-            short = {k: shares[k] / ratios[k] for k in targets if ratios[k] < shares[k] * (1 - penalty.export_fill)}
+            short = {k: shares[k] / ratios[k] for k in targets
+                     if penalty.export_fill > 0 and ratios[k] < shares[k] * (1 - penalty.export_fill)}
             if not short:
                 break
             for k, shortfall in short.items():

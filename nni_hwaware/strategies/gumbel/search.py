@@ -227,10 +227,11 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
     While it measures over a target (as a ratio to the baseline), the search's distribution is
     exported again (:func:`~nni_hwaware.strategies.gumbel.strategy.fitting_architecture`) with that
     target's limit scaled by target / measured: the table under-predicting a region of the space by
-    12 % makes the next export aim 12 % lower. One measured within but more than
-    ``penalty.export_fill`` (when > 0) under a target lands closer: that limit is raised halfway
-    (geometric mean) towards the lowest limit whose export measured over it, or by target /
-    measured when none did (the table over-predicting the region). An export already measured is not measured
+    12 % makes the next export aim 12 % lower (and always under the table's cost of the network
+    measured over, so that a small excess does not export it again). One measured within but more
+    than ``penalty.export_fill`` (when > 0) under a target lands closer: that limit is raised
+    halfway (geometric mean) towards the lowest table cost of a network measured over it, or by
+    target / measured when none was (the table over-predicting the region). An export already measured is not measured
     again; that ends the checks. At most ``penalty.export_checks`` measurements; the network kept
     is the one within every target as measured that comes nearest them (the largest mean of its
     measured / target ratios), else the one nearest them from above. Each check goes into
@@ -252,7 +253,8 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
     timing = {"threads": config.cost.threads, "batch_size": config.cost.batch_size, "backend": config.cost.backend,
               "device": config.cost.device, "seed": config.seed, "seconds": EXPORT_CHECK_SECONDS}
     limits, arch, checks = dict(targets), outcome.arch, []
-    over_limits: dict[str, float] = {}  # per target, the lowest limit whose export measured over it
+    over_costs: dict[str, float] = {}  # per target, the lowest table cost of a network measured over it
+    unfit = ""
     for _ in range(penalty.export_checks):
         measured = measure_against_reference(space, arch, reference, **timing)
         predicted = cost_model.predict(arch)
@@ -264,22 +266,23 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
                        "predicted_latency_ratio": predicted.latency_ms / base.latency_ms,
                        "predicted_memory_ratio": predicted.memory_mb / base.memory_mb,
                        "limits": dict(limits), "within": not over})
+        costs = {"latency_ms": predicted.latency_ms, "memory_mb": predicted.memory_mb}
         if over:
             for k, excess in over.items():
-                over_limits[k] = min(over_limits.get(k, math.inf), limits[k])
-                limits[k] /= excess
+                over_costs[k] = min(over_costs.get(k, math.inf), costs[k])
+                # strictly under the network measured over, however small the excess
+                limits[k] = min(limits[k] / excess, over_costs[k] * (1 - 1e-9))
         else:
             short = {k: shares[k] / ratios[k] for k in targets
                      if penalty.export_fill > 0 and ratios[k] < shares[k] * (1 - penalty.export_fill)}
             if not short:
                 break
             for k, shortfall in short.items():
-                limits[k] = math.sqrt(limits[k] * over_limits[k]) if k in over_limits else limits[k] * shortfall
+                limits[k] = math.sqrt(limits[k] * over_costs[k]) if k in over_costs else limits[k] * shortfall
         try:
             arch = fitting_architecture(cost_model, outcome.probabilities, limits, fill=penalty.export_fill)
         except HwAwareError as err:  # nothing fits the corrected limits: keep the nearest measured
-            log(f"the export measured {'over' if over else 'under'} its targets and nothing fits the corrected "
-                f"limits ({err})")
+            unfit = f"; nothing fits the corrected limits ({err})"
             break
         if any(c["arch"] == arch for c in checks):
             break
@@ -291,7 +294,7 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
                          f"(table {c['predicted_latency_ratio']:.3f}), memory {c['measured_memory_ratio']:.3f}"
                          for c in checks)
         verdict = "within the targets" if nearest["within"] else "none within the targets as measured; kept the nearest"
-        log(f"export measured against the baseline on this machine: {line}; {verdict}")
+        log(f"export measured against the baseline on this machine: {line}; {verdict}{unfit}")
     outcome = dataclasses.replace(outcome, arch=dict(nearest["arch"]), history=[*outcome.history])
     if outcome.history:
         outcome.history[-1] = {**outcome.history[-1], "export_checks": checks}

@@ -231,7 +231,8 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
     measured over, so that a small excess does not export it again). One measured within but more
     than ``penalty.export_fill`` (when > 0) under a target lands closer: that limit is raised
     halfway (geometric mean) towards the lowest table cost of a network measured over it, or by
-    target / measured when none was (the table over-predicting the region). An export already measured is not measured
+    target / measured when none was (the table over-predicting the region), and never above the
+    target itself, so that the network kept fits its targets by the table as well. An export already measured is not measured
     again; that ends the checks. At most ``penalty.export_checks`` measurements; the network kept
     is the one within every target as measured that comes nearest them (the largest mean of its
     measured / target ratios), else the one nearest them from above. Each check goes into
@@ -277,8 +278,9 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
                      if penalty.export_fill > 0 and ratios[k] < shares[k] * (1 - penalty.export_fill)}
             if not short:
                 break
-            for k, shortfall in short.items():
-                limits[k] = math.sqrt(limits[k] * over_costs[k]) if k in over_costs else limits[k] * shortfall
+            for k, shortfall in short.items():  # never above the target: the export fits it by the table too
+                raised = math.sqrt(limits[k] * over_costs[k]) if k in over_costs else limits[k] * shortfall
+                limits[k] = min(raised, targets[k])
         try:
             arch = fitting_architecture(cost_model, outcome.probabilities, limits, fill=penalty.export_fill)
         except HwAwareError as err:  # nothing fits the corrected limits: keep the nearest measured

@@ -232,11 +232,12 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
     than ``penalty.export_fill`` (when > 0) under a target lands closer: that limit is raised
     halfway (geometric mean) towards the lowest table cost of a network measured over it, or by
     target / measured when none was (the table over-predicting the region), and never above the
-    target itself, so that the network kept fits its targets by the table as well. An export already measured is not measured
-    again; that ends the checks. At most ``penalty.export_checks`` measurements; the network kept
-    is the one within every target as measured that comes nearest them (the largest mean of its
-    measured / target ratios), else the one nearest them from above. Each check goes into
-    ``outcome.history``'s last record as ``export_checks`` and into ``arch.json``.
+    target itself, so that the network kept fits its targets by the table as well. An export
+    already measured is not measured again; that ends the checks. At most
+    ``penalty.export_checks`` measurements; the network kept is the one within every target as
+    measured that comes nearest them (the largest mean of its measured / target ratios), else the
+    one nearest them from above. Each check goes into ``outcome.history``'s last record as
+    ``export_checks`` and into ``arch.json``.
     """
     from nni_hwaware.spaces.io import save_architecture
     from nni_hwaware.strategies.gumbel.strategy import fitting_architecture
@@ -291,7 +292,7 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
     within = [c for c in checks if c["within"]]
     nearest = max(within, key=lambda c: sum(_measured(c, k) / shares[k] for k in targets)) if within else min(
         checks, key=lambda c: max(_measured(c, k) / shares[k] for k in targets))
-    if len(checks) > 1 or not nearest["within"]:
+    if len(checks) > 1 or not nearest["within"] or unfit:
         line = ", ".join(f"{_arch_short(c['arch'])}: latency {c['measured_latency_ratio']:.3f} "
                          f"(table {c['predicted_latency_ratio']:.3f}), memory {c['measured_memory_ratio']:.3f}"
                          for c in checks)

@@ -89,13 +89,14 @@ REGRET_FLOOR = 0.01
 
 def tabular_suite(quantile: float = 1 / 3) -> Suite:
     """The project's own benchmark, masked with the space's profiled cost table."""
-    from nni_hwaware.cost_model import as_space_model
-    from nni_hwaware.cost_table import CostModel, CostTable
+    from nni_hwaware.cost_model import space_model
+    from nni_hwaware.cost_table import CostTable
     from nni_hwaware.spaces import get_space_config
+    from nni_hwaware.spaces.resolve import resolve_space
 
     frame = pd.read_csv(DATA / f"tabular_{SPACE}.csv")
     config = get_space_config(SPACE)
-    model = as_space_model(CostModel(CostTable.load(DATA / f"{SPACE}_table.csv"), config))[0]
+    model = space_model(resolve_space(SPACE), CostTable.load(DATA / f"{SPACE}_table.csv"))
     choices = {s.label: list(s.candidates) for s in config.layer_specs()}
     archs = list(frame[list(choices)].itertuples(index=False, name=None))
     model_ms = np.array([model.predict(dict(zip(choices, a, strict=True))).latency_ms for a in archs])

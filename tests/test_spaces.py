@@ -84,8 +84,21 @@ def test_grouped_bottleneck_divides_the_3x3_cost() -> None:
 
 def test_skip_is_identity_or_projection() -> None:
     assert isinstance(build_block("skip", 32, 32, 1), torch.nn.Identity)
-    projection = build_block("skip", 32, 64, 2)
-    assert sum(p.numel() for p in projection.parameters()) == 32 * 64 + 2 * 64
+    for stride in (1, 2):
+        projection = build_block("skip", 32, 64, stride)
+        assert sum(p.numel() for p in projection.parameters()) == 32 * 64 + 2 * 64
+
+
+@pytest.mark.parametrize("size", [8, 7])
+def test_a_skipped_reduction_passes_every_input_position_on(size: int) -> None:
+    """A strided 1x1 shortcut drops three positions in four: three skipped reductions in a row
+    leave one pixel of the first block's output, and the network cannot learn (digits: 46 % top-1)."""
+    skip = build_block("skip", 8, 16, 2).eval()
+    x = torch.randn(1, 8, size, size, requires_grad=True)
+    out = skip(x)
+    assert out.shape[-2:] == ((size + 1) // 2, (size + 1) // 2)
+    out.sum().backward()
+    assert bool((x.grad.abs().sum(dim=1) > 0).all()), "some input positions never reach the output"
 
 
 def test_supernet_is_an_nni_space_that_samples_and_freezes() -> None:

@@ -411,6 +411,40 @@ def test_an_export_measured_over_its_target_is_exported_again_under_a_limit_lowe
     assert measured_export(config, space, model, outcome, log=lines.append).arch == first and not timed
 
 
+def test_an_export_measured_a_hair_over_its_target_is_not_exported_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured 0.4 % over: the lowered limit is under the network's own table cost by more than the budget
+    mask's rounding, so the next export is another, cheaper network (before, the same one fitted again and
+    the checks ended over the target)."""
+    import nni_hwaware.training.compare as compare
+    from nni_hwaware.spaces.resolve import resolve_space
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig
+    from nni_hwaware.strategies.gumbel.search import SearchOutcome, measured_export
+
+    model, space = _model(), resolve_space(tiny_config())
+    first = {"layer1_0": "bottleneck", "layer2_0": "skip"}  # 1.95 ms by the table, 0.709 of the reference
+    timed: list[dict] = []
+
+    def measure(space_, arch, reference_, **timing):
+        timed.append(dict(arch))
+        ratio = 0.753 if arch == first else model.predict(arch).latency_ms / model.predict(reference_).latency_ms
+        return {"latency_ms": ratio, "memory_mb": 1.0, "reference_latency_ms": 1.0, "reference_memory_mb": 1.0,
+                "latency_ratio": ratio, "latency_ratio_ci95_low": ratio, "latency_ratio_ci95_high": ratio,
+                "timing_rounds": 5}
+
+    monkeypatch.setattr(compare, "measure_against_reference", measure)
+    config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
+        "latency_target": "75%", "memory_target": None, "gamma": 0.0}})
+    probabilities = {"layer1_0": {"skip": 0.3, "basic": 0.1, "bottleneck": 0.6},
+                     "layer2_0": {"skip": 0.6, "basic": 0.1, "bottleneck": 0.3}}
+    outcome = SearchOutcome(arch=first, probabilities=probabilities, history=[{"epoch": 0}], search_seconds=1.0,
+                            alpha=0.0, arch_path=tmp_path / "arch.json")
+    checked = measured_export(config, space, model, outcome, log=lambda line: None)
+    assert len(timed) == 2 and timed[1] != first
+    assert model.predict(timed[1]).latency_ms < model.predict(first).latency_ms
+    assert checked.arch == timed[1] and checked.history[-1]["export_checks"][1]["within"]
+
+
 def test_an_export_no_network_of_which_measures_within_its_target_keeps_the_nearest_and_says_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import nni_hwaware.training.compare as compare

@@ -217,6 +217,9 @@ def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: Spa
 #: Seconds of shared timing rounds per export check (a trial's check is 1 s; the export decides
 #: what is retrained, so it gets a tighter interval).
 EXPORT_CHECK_SECONDS = 4.0
+#: A limit lowered under a network measured over sits this share under its table cost: well outside the
+#: budget mask's rounding tolerance (1e-9), which would otherwise let the same network fit again.
+UNDER_MEASURED_OVER = 1e-6
 
 
 def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCostModel, outcome: SearchOutcome,
@@ -273,7 +276,7 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
             for k, excess in over.items():
                 over_costs[k] = min(over_costs.get(k, math.inf), costs[k])
                 # strictly under the network measured over, however small the excess
-                limits[k] = min(limits[k] / excess, over_costs[k] * (1 - 1e-9))
+                limits[k] = min(limits[k] / excess, over_costs[k] * (1 - UNDER_MEASURED_OVER))
         else:
             short = {k: shares[k] / ratios[k] for k in targets
                      if penalty.export_fill > 0 and ratios[k] < shares[k] * (1 - penalty.export_fill)}

@@ -121,7 +121,8 @@ class PenaltyConfig:
     #: them, however far under).
     export_fill: float = 0.05
     #: Target mode: how many times the exported network is timed against the baseline on this
-    #: machine (interleaved) before it is retrained; one measured over a target is exported
+    #: machine (interleaved, 4 s; 16 s when the latency's interval holds the target) before it
+    #: is retrained; one measured over a target is exported
     #: again with that target's limit scaled by target / measured ratio (the table is a prior:
     #: the chip's measurement wins), one measured more than ``export_fill`` under it with the
     #: limit raised halfway towards the lowest one measured over (or by target / measured);

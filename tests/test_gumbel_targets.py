@@ -411,6 +411,18 @@ def test_an_export_measured_over_its_target_is_exported_again_under_a_limit_lowe
     assert measured_export(config, space, model, outcome, log=lines.append).arch == first and not timed
 
 
+def _measurement(ratio: float, half: float = 0.0) -> dict:
+    """What ``measure_against_reference`` returns for a latency ratio known within +-``half``."""
+    return {"latency_ms": ratio, "memory_mb": 1.0, "reference_latency_ms": 1.0, "reference_memory_mb": 1.0,
+            "latency_ratio": ratio, "latency_ratio_ci95_low": ratio - half, "latency_ratio_ci95_high": ratio + half,
+            "timing_rounds": 5}
+
+
+#: Per-label probabilities of the two-layer toy: bottleneck then skip is the most probable network.
+_TOY_PROBABILITIES = {"layer1_0": {"skip": 0.3, "basic": 0.1, "bottleneck": 0.6},
+                      "layer2_0": {"skip": 0.6, "basic": 0.1, "bottleneck": 0.3}}
+
+
 def test_an_export_measured_a_hair_over_its_target_is_not_exported_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Measured 0.4 % over: the lowered limit is under the network's own table cost by more than the budget
@@ -427,18 +439,14 @@ def test_an_export_measured_a_hair_over_its_target_is_not_exported_again(
 
     def measure(space_, arch, reference_, **timing):
         timed.append(dict(arch))
-        ratio = 0.753 if arch == first else model.predict(arch).latency_ms / model.predict(reference_).latency_ms
-        return {"latency_ms": ratio, "memory_mb": 1.0, "reference_latency_ms": 1.0, "reference_memory_mb": 1.0,
-                "latency_ratio": ratio, "latency_ratio_ci95_low": ratio, "latency_ratio_ci95_high": ratio,
-                "timing_rounds": 5}
+        return _measurement(0.753 if arch == first else
+                            model.predict(arch).latency_ms / model.predict(reference_).latency_ms)
 
     monkeypatch.setattr(compare, "measure_against_reference", measure)
     config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
         "latency_target": "75%", "memory_target": None, "gamma": 0.0}})
-    probabilities = {"layer1_0": {"skip": 0.3, "basic": 0.1, "bottleneck": 0.6},
-                     "layer2_0": {"skip": 0.6, "basic": 0.1, "bottleneck": 0.3}}
-    outcome = SearchOutcome(arch=first, probabilities=probabilities, history=[{"epoch": 0}], search_seconds=1.0,
-                            alpha=0.0, arch_path=tmp_path / "arch.json")
+    outcome = SearchOutcome(arch=first, probabilities=_TOY_PROBABILITIES, history=[{"epoch": 0}],
+                            search_seconds=1.0, alpha=0.0, arch_path=tmp_path / "arch.json")
     checked = measured_export(config, space, model, outcome, log=lambda line: None)
     assert len(timed) == 2 and timed[1] != first
     assert model.predict(timed[1]).latency_ms < model.predict(first).latency_ms
@@ -469,17 +477,13 @@ def test_an_export_check_whose_interval_holds_the_target_is_timed_longer_and_dec
             ratio, half = (0.74, 0.08) if seconds == EXPORT_CHECK_SECONDS else (0.76, 0.01)
         else:
             ratio, half = model.predict(arch).latency_ms / model.predict(reference_).latency_ms, 0.01
-        return {"latency_ms": ratio, "memory_mb": 1.0, "reference_latency_ms": 1.0, "reference_memory_mb": 1.0,
-                "latency_ratio": ratio, "latency_ratio_ci95_low": ratio - half,
-                "latency_ratio_ci95_high": ratio + half, "timing_rounds": 5}
+        return _measurement(ratio, half)
 
     monkeypatch.setattr(compare, "measure_against_reference", measure)
     config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
         "latency_target": "75%", "memory_target": None, "gamma": 0.0}})
-    probabilities = {"layer1_0": {"skip": 0.3, "basic": 0.1, "bottleneck": 0.6},
-                     "layer2_0": {"skip": 0.6, "basic": 0.1, "bottleneck": 0.3}}
-    outcome = SearchOutcome(arch=first, probabilities=probabilities, history=[{"epoch": 0}], search_seconds=1.0,
-                            alpha=0.0, arch_path=tmp_path / "arch.json")
+    outcome = SearchOutcome(arch=first, probabilities=_TOY_PROBABILITIES, history=[{"epoch": 0}],
+                            search_seconds=1.0, alpha=0.0, arch_path=tmp_path / "arch.json")
     checked = measured_export(config, space, model, outcome, log=lambda line: None)
     assert calls[:2] == [(first, EXPORT_CHECK_SECONDS), (first, EXPORT_CHECK_SECONDS * UNDECIDED_FACTOR)]
     checks = checked.history[-1]["export_checks"]

@@ -270,7 +270,7 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
         retimed = _straddles(measured, shares.get("latency_ms"))
         if retimed:  # undecided on a busy machine: time it longer
             measured = measure_against_reference(space, arch, reference,
-                                                 **{**timing, "seconds": EXPORT_CHECK_SECONDS * UNDECIDED_FACTOR})
+                                                 **{**timing, "seconds": timing["seconds"] * UNDECIDED_FACTOR})
         predicted = cost_model.predict(arch)
         ratios = {"latency_ms": measured["latency_ratio"],
                   "memory_mb": measured["memory_mb"] / measured["reference_memory_mb"]}

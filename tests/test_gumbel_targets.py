@@ -6,7 +6,9 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -423,17 +425,29 @@ _TOY_PROBABILITIES = {"layer1_0": {"skip": 0.3, "basic": 0.1, "bottleneck": 0.6}
                       "layer2_0": {"skip": 0.6, "basic": 0.1, "bottleneck": 0.3}}
 
 
-def test_an_export_measured_a_hair_over_its_target_is_not_exported_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Measured 0.4 % over: the lowered limit is under the network's own table cost by more than the budget
-    mask's rounding, so the next export is another, cheaper network (before, the same one fitted again and
-    the checks ended over the target)."""
+def _checked_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, measure: Callable[..., dict],
+                    first: dict) -> Any:
+    """``measured_export`` of ``first`` on the two-layer toy, a 75 % latency target, timed by ``measure``."""
     import nni_hwaware.training.compare as compare
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig
     from nni_hwaware.strategies.gumbel.search import SearchOutcome, measured_export
 
-    model, space = _model(), resolve_space(tiny_config())
+    monkeypatch.setattr(compare, "measure_against_reference", measure)
+    config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
+        "latency_target": "75%", "memory_target": None, "gamma": 0.0}})
+    outcome = SearchOutcome(arch=first, probabilities=_TOY_PROBABILITIES, history=[{"epoch": 0}],
+                            search_seconds=1.0, alpha=0.0, arch_path=tmp_path / "arch.json")
+    return measured_export(config, space=resolve_space(tiny_config()), cost_model=_model(), outcome=outcome,
+                           log=lambda line: None)
+
+
+def test_an_export_measured_a_hair_over_its_target_is_not_exported_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured 0.4 % over: the lowered limit is under the network's own table cost by more than the budget
+    mask's rounding, so the next export is another, cheaper network (before, the same one fitted again and
+    the checks ended over the target)."""
+    model = _model()
     first = {"layer1_0": "bottleneck", "layer2_0": "skip"}  # 1.95 ms by the table, 0.709 of the reference
     timed: list[dict] = []
 
@@ -442,12 +456,7 @@ def test_an_export_measured_a_hair_over_its_target_is_not_exported_again(
         return _measurement(0.753 if arch == first else
                             model.predict(arch).latency_ms / model.predict(reference_).latency_ms)
 
-    monkeypatch.setattr(compare, "measure_against_reference", measure)
-    config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
-        "latency_target": "75%", "memory_target": None, "gamma": 0.0}})
-    outcome = SearchOutcome(arch=first, probabilities=_TOY_PROBABILITIES, history=[{"epoch": 0}],
-                            search_seconds=1.0, alpha=0.0, arch_path=tmp_path / "arch.json")
-    checked = measured_export(config, space, model, outcome, log=lambda line: None)
+    checked = _checked_export(tmp_path, monkeypatch, measure, first)
     assert len(timed) == 2 and timed[1] != first
     assert model.predict(timed[1]).latency_ms < model.predict(first).latency_ms
     assert checked.arch == timed[1] and checked.history[-1]["export_checks"][1]["within"]
@@ -457,17 +466,9 @@ def test_an_export_check_whose_interval_holds_the_target_is_timed_longer_and_dec
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a busy machine 4 s give 0.74 (0.66-0.82) for a network truly at 0.76, over a 75 % target: the point
     estimate says within. The check times it 4x as long, finds it over, and exports a cheaper one."""
-    import nni_hwaware.training.compare as compare
-    from nni_hwaware.spaces.resolve import resolve_space
-    from nni_hwaware.strategies.gumbel import GumbelSearchConfig
-    from nni_hwaware.strategies.gumbel.search import (
-        EXPORT_CHECK_SECONDS,
-        UNDECIDED_FACTOR,
-        SearchOutcome,
-        measured_export,
-    )
+    from nni_hwaware.strategies.gumbel.search import EXPORT_CHECK_SECONDS, UNDECIDED_FACTOR
 
-    model, space = _model(), resolve_space(tiny_config())
+    model = _model()
     first = {"layer1_0": "bottleneck", "layer2_0": "skip"}  # 0.709 of the reference by the table
     calls: list[tuple[dict, float]] = []
 
@@ -479,12 +480,7 @@ def test_an_export_check_whose_interval_holds_the_target_is_timed_longer_and_dec
             ratio, half = model.predict(arch).latency_ms / model.predict(reference_).latency_ms, 0.01
         return _measurement(ratio, half)
 
-    monkeypatch.setattr(compare, "measure_against_reference", measure)
-    config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
-        "latency_target": "75%", "memory_target": None, "gamma": 0.0}})
-    outcome = SearchOutcome(arch=first, probabilities=_TOY_PROBABILITIES, history=[{"epoch": 0}],
-                            search_seconds=1.0, alpha=0.0, arch_path=tmp_path / "arch.json")
-    checked = measured_export(config, space, model, outcome, log=lambda line: None)
+    checked = _checked_export(tmp_path, monkeypatch, measure, first)
     assert calls[:2] == [(first, EXPORT_CHECK_SECONDS), (first, EXPORT_CHECK_SECONDS * UNDECIDED_FACTOR)]
     checks = checked.history[-1]["export_checks"]
     assert checks[0]["retimed"] and not checks[0]["within"] and checks[0]["measured_latency_ratio"] == 0.76

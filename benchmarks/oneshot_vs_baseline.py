@@ -10,6 +10,7 @@ object::
 
     {"seeds": [0, 1, 2], "per_seed": [{"seed", "latency_ratio", "latency_ratio_ci95",
          "memory_ratio", "predicted_latency_ratio", "predicted_memory_ratio",
+         "expected_latency_ratio", "expected_memory_ratio",
          "top1_drop_pp", "top3_drop_pp", "search_s_over_retrain_s", "meets": {check: bool},
          "meets_targets", "sweep": [{"latency_target", "latency_ratio", ...}],
          "latency_falls_with_target"}, ...],
@@ -20,8 +21,10 @@ object::
 
 A seed meets the targets (seed 001 on CIFAR-10: latency -55 %, memory -49.22 %, top-3
 -0.5 points) when the found network's latency and memory ratios to the baseline, as
-measured, are within the config's targets (45 % and 51 %), the ratios the table predicts
-are within 5 % of them, the top-3 drop is at most 0.5 points and the top-1 drop at most 1
+measured, are within the config's targets (45 % and 51 %), the ratios the search expected
+of it before timing it are within 5 % of them (its export check's: the table's ratios corrected by
+what the earlier checks measured, the table's own when its first export was kept; the table's
+ratios stay beside as ``predicted_*``), the top-3 drop is at most 0.5 points and the top-1 drop at most 1
 point, and the search took at most 3x one retraining; ``all_seeds_meet_targets`` is every
 seed's verdict. ``latency_falls_with_target``: in every seed the measured latency ratios at
 the sweep's targets (30, 45 and 60 %) fall as the target falls. With the fixed-weight form
@@ -50,9 +53,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Seed 001's targets: the ratios of a fixed-weight search (a targeted one is checked against its own).
 SEED_TARGETS = {"latency_ratio": 0.45, "memory_ratio": 0.51}
 LIMITS = {"top3_drop_pp": 0.5, "top1_drop_pp": 1.0, "search_s_over_retrain_s": 3.0}
-#: How close the table's predicted ratios must be to the targets (relative).
+#: How close the expected ratios (the table corrected by the export checks) must be to the targets (relative).
 PREDICTED_WITHIN = 0.05
 FIGURES = ("latency_ratio", "memory_ratio", "predicted_latency_ratio", "predicted_memory_ratio",
+           "expected_latency_ratio", "expected_memory_ratio",
            "top1_drop_pp", "top3_drop_pp", "search_s_over_retrain_s", "search_s", "retrain_s")
 #: ``--quick``: the benchmark end to end in seconds on a small space.
 QUICK = {"stages.max_epochs": 1, "stages.min_epochs": 1, "stages.warmup_epochs": 0, "retrain.epochs": 1,
@@ -70,6 +74,7 @@ def _figures(result: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]
         "memory_ratio": result["memory_mb"] / baseline["memory_mb"],
         "predicted_latency_ratio": result["predicted_latency_ms"] / baseline["predicted_latency_ms"],
         "predicted_memory_ratio": result["predicted_memory_mb"] / baseline["predicted_memory_mb"],
+        **_expected(result, baseline),
         "top1_drop_pp": 100 * (baseline["test_top1"] - result["test_top1"]),
         "top3_drop_pp": 100 * (baseline["test_top3"] - result["test_top3"]),
         "search_s_over_retrain_s": result["search_seconds"] / result["train_seconds"],
@@ -77,6 +82,17 @@ def _figures(result: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]
         "collapse": (result["extra"].get("search_collapse") or {}).get("line"),
         "arch": result["arch"],
     }
+
+
+def _expected(result: dict[str, Any], baseline: dict[str, Any]) -> dict[str, float]:
+    """The ratios the search expected of the network it kept before timing it (its export check's: the
+    table corrected by the earlier checks); the table's own where the export was not checked."""
+    check = result["extra"].get("export_check") or {}
+    out = {}
+    for kind, unit in (("latency", "ms"), ("memory", "mb")):
+        table = result[f"predicted_{kind}_{unit}"] / baseline[f"predicted_{kind}_{unit}"]
+        out[f"expected_{kind}_ratio"] = check.get(f"expected_{kind}_ratio", table)
+    return out
 
 
 def _falls(values: list[float], tolerance: float = 0.03) -> bool:
@@ -97,8 +113,8 @@ def meets(figures: dict[str, Any], targets: dict[str, float]) -> dict[str, bool]
     checks = {}
     for key in ("latency_ratio", "memory_ratio"):
         checks[f"{key}_within_target"] = figures[key] <= targets[key]
-        checks[f"predicted_{key}_within_5pct_of_target"] = (
-            abs(figures[f"predicted_{key}"] / targets[key] - 1) <= PREDICTED_WITHIN)
+        checks[f"expected_{key}_within_5pct_of_target"] = (
+            abs(figures[f"expected_{key}"] / targets[key] - 1) <= PREDICTED_WITHIN)
     checks.update({f"{key}_within_{bound:g}": figures[key] <= bound for key, bound in LIMITS.items()})
     return checks
 

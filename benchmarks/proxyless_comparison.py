@@ -29,7 +29,7 @@ one JSON object::
 
     {"seeds", "space", "latency_target", "strategies", "per_seed": [{"seed", "target_ms",
        "strategies": {name: {"arch", "latency_ratio", "latency_ratio_ci95", "memory_ratio",
-                             "predicted_latency_ratio", "top1_drop_pp", "top3_drop_pp",
+                             "predicted_latency_ratio", "expected_latency_ratio", "top1_drop_pp", "top3_drop_pp",
                              "within_target", "search_s", "search_s_over_retrain_s",
                              "meets": {...}, "meets_targets"} or {"error"}},
        "ours_vs": {peer: {"latency_ratio", "latency_ratio_ci95", "memory_ratio", "top1_diff_pts",
@@ -38,7 +38,8 @@ one JSON object::
      "all_seeds_meet_targets", "meets_targets": {name: every seed}, "load", ...}
 
 ``meets`` are the checks of seed 001 (as in ``oneshot_vs_baseline.py``): the measured latency
-ratio within the target, the predicted one within 5 % of it, top-3 drop <= 0.5 points and
+ratio within the target, the expected one within 5 % of it (ours: what the export check expected of
+the network before timing it, the table corrected by the earlier checks; a peer's, the table's), top-3 drop <= 0.5 points and
 top-1 drop <= 1 point against the reference, search <= 3x one retraining;
 ``all_seeds_meet_targets`` is ours in every seed. ``--load`` runs everything under the load
 harness; ``--quick`` takes one epoch of search and of retraining and a small profiling
@@ -65,8 +66,8 @@ from nni_hwaware.report.spread import over_seeds
 PEERS = {"nni_proxyless": "Proxyless", "nni_darts": "DARTS", "nni_gumbel_darts": "GumbelDARTS"}
 LIMITS = {"top3_drop_pp": 0.5, "top1_drop_pp": 1.0, "search_s_over_retrain_s": 3.0}
 PREDICTED_WITHIN = 0.05
-FIGURES = ("latency_ratio", "memory_ratio", "predicted_latency_ratio", "top1_drop_pp", "top3_drop_pp",
-           "search_s", "search_s_over_retrain_s")
+FIGURES = ("latency_ratio", "memory_ratio", "predicted_latency_ratio", "expected_latency_ratio", "top1_drop_pp",
+           "top3_drop_pp", "search_s", "search_s_over_retrain_s")
 VERSUS = ("latency_ratio", "memory_ratio", "top1_diff_pts", "top3_diff_pts")
 
 
@@ -103,8 +104,8 @@ def _argmax(strategy: Any, named: Any) -> dict[str, Any]:
 def meets(figures: dict[str, Any], latency_target: float) -> dict[str, bool]:
     """Seed 001's checks of one found network (ratios to the reference; the target a share of it)."""
     return {"latency_ratio_within_target": figures["latency_ratio"] <= latency_target,
-            "predicted_latency_ratio_within_5pct_of_target":
-                abs(figures["predicted_latency_ratio"] / latency_target - 1) <= PREDICTED_WITHIN,
+            "expected_latency_ratio_within_5pct_of_target":
+                abs(figures["expected_latency_ratio"] / latency_target - 1) <= PREDICTED_WITHIN,
             **{f"{key}_within_{bound:g}": figures[key] <= bound for key, bound in LIMITS.items()}}
 
 
@@ -156,6 +157,7 @@ def one_seed(args: argparse.Namespace, named: Any, model: Any, seed: int) -> dic
         arch=ours.export_architecture(), probabilities=ours.probabilities(), history=[],
         search_seconds=seconds["ours"], alpha=0.0, arch_path=out / "ours" / "arch.json"))
     archs["ours"] = outcome.arch
+    expected = {"ours": (outcome.export_check or {}).get("expected_latency_ratio")}
     seconds["ours"] += time.perf_counter() - start
     for name in args.peers:
         penalty = ExpectationProfilerPenalty(model.expression_profiler(named.space, "latency_ms"),
@@ -189,6 +191,9 @@ def one_seed(args: argparse.Namespace, named: Any, model: Any, seed: int) -> dic
             "memory_ratio": measured[name] / measured["reference"],
             "predicted_latency_ratio": model.predict(arch).latency_ms / reference_ms,
             "predicted_memory_ratio": model.predict(arch).memory_mb / model.predict(reference).memory_mb,
+            # what the search expected before timing it: ours, the table corrected by its export checks;
+            # NNI's peers are exported unchecked, so the table's prediction
+            "expected_latency_ratio": expected.get(name) or model.predict(arch).latency_ms / reference_ms,
             "test_top1": trained[name].test_top1, "test_top3": trained[name].test_top3,
             "top1_drop_pp": 100 * (ref.test_top1 - trained[name].test_top1),
             "top3_drop_pp": 100 * (ref.test_top3 - trained[name].test_top3),
@@ -219,18 +224,20 @@ def one_seed(args: argparse.Namespace, named: Any, model: Any, seed: int) -> dic
 
 def seeds_markdown(per_seed: list[dict[str, Any]], names: list[str]) -> str:
     """One line per (seed, strategy) and per strategy over the seeds: ratios to the reference, drops."""
-    lines = ["| seed | strategy | latency ratio (95 % interval) | memory ratio | top-1 drop (pts) | "
-             "top-3 drop (pts) | within target (table) | search (s) |", "|---|---|---:|---:|---:|---:|---|---:|"]
+    lines = ["| seed | strategy | latency ratio (95 % interval) | table / expected | memory ratio | "
+             "top-1 drop (pts) | top-3 drop (pts) | within target (table) | search (s) |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|"]
     for record in per_seed:
         for name in names:
             s = record["strategies"].get(name)
             if s is None:
                 continue
             if "error" in s:
-                lines.append(f"| {record['seed']} | {name} | failed: {s['error']} | | | | | |")
+                lines.append(f"| {record['seed']} | {name} | failed: {s['error']} | | | | | | |")
                 continue
             low, high = s["latency_ratio_ci95"]
             lines.append(f"| {record['seed']} | {name} | {s['latency_ratio']:.3f} ({low:.3f}-{high:.3f}) | "
+                         f"{s['predicted_latency_ratio']:.3f} / {s['expected_latency_ratio']:.3f} | "
                          f"{s['memory_ratio']:.3f} | {s['top1_drop_pp']:+.2f} | {s['top3_drop_pp']:+.2f} | "
                          f"{'yes' if s['within_target'] else 'no'} | {s['search_s']:.0f} |")
     return "\n".join(lines) + "\n"

@@ -78,12 +78,19 @@ def test_a_seed_is_checked_against_its_targets(oneshot: ModuleType) -> None:
     assert all(checks.values()), checks
     # each check on its own: just over a bound fails it
     for key, value, check in (("latency_ratio", 0.451, "latency_ratio_within_target"),
-                              ("predicted_memory_ratio", 0.48, "predicted_memory_ratio_within_5pct_of_target"),
+                              ("expected_memory_ratio", 0.48, "expected_memory_ratio_within_5pct_of_target"),
                               ("top1_drop_pp", 1.01, "top1_drop_pp_within_1"),
                               ("top3_drop_pp", 0.51, "top3_drop_pp_within_0.5"),
                               ("search_s_over_retrain_s", 3.1, "search_s_over_retrain_s_within_3")):
         failed = oneshot.meets({**record, key: value}, {"latency_ratio": 0.45, "memory_ratio": 0.51})
         assert [k for k, ok in failed.items() if not ok] == [check], (key, failed)
+    # unchecked, the search expected what the table predicts; checked, what its export check expected of it
+    assert record["expected_latency_ratio"] == record["predicted_latency_ratio"] == pytest.approx(0.45)
+    checked = _result("searched", 0.9, 0.5, 0.975, 0.998, search_point={"latency_target": "45%"},
+                      export_check={"expected_latency_ratio": 0.44, "expected_memory_ratio": 0.5})
+    record = oneshot.one_seed({**summary, "searched": checked}, targeted=True)
+    assert (record["expected_latency_ratio"], record["predicted_latency_ratio"]) == pytest.approx((0.44, 0.45))
+    assert record["expected_memory_ratio"] == 0.5
     # the same network at every target does not "fall"; one that rises with a lower target does not either
     assert not oneshot._falls([0.333, 0.335, 0.333]) and not oneshot._falls([0.6, 0.3, 0.45])
     assert oneshot._falls([0.6, 0.45, 0.3])
@@ -212,6 +219,9 @@ def test_proxyless_comparison_over_seeds_ends_with_one_json_line(proxyless: Modu
         assert ours["within_target"]  # our export fits the target by the table, in every seed
         assert ours["predicted_latency_ratio"] <= 0.6 + 1e-9
         assert ours["meets"] == proxyless.meets(ours, 0.6) and ours["meets_targets"] == all(ours["meets"].values())
+        for peer in ("nni_proxyless", "nni_gumbel_darts"):  # exported unchecked: expected is the table's
+            assert record["strategies"][peer]["expected_latency_ratio"] == record["strategies"][peer][
+                "predicted_latency_ratio"]
         low, high = ours["latency_ratio_ci95"]
         assert low <= ours["latency_ratio"] <= high
     for name in result["ran"]:

@@ -403,6 +403,12 @@ def test_an_export_measured_over_its_target_is_exported_again_under_a_limit_lowe
     assert [c["within"] for c in checks] == [False, True]
     assert checks[0]["measured_latency_ratio"] == pytest.approx(1.15 * 1.95 / 2.75)
     assert checks[1]["limits"]["latency_ms"] == pytest.approx(0.75 * 2.75 * 0.75 / (1.15 * 1.95 / 2.75))
+    # what was expected of each before it was timed: the first, the table; the second, the table times the
+    # 1.15 the first check measured over it
+    assert checks[0]["expected_latency_ratio"] == pytest.approx(checks[0]["predicted_latency_ratio"])
+    assert checks[1]["expected_latency_ratio"] == pytest.approx(1.15 * checks[1]["predicted_latency_ratio"])
+    assert checks[1]["expected_memory_ratio"] == pytest.approx(checks[1]["predicted_memory_ratio"])
+    assert checked.export_check == checks[1]
     assert len(lines) == 1 and "within the targets" in lines[0]
     assert json.loads((tmp_path / "arch.json").read_text())["arch"] == checked.arch
 

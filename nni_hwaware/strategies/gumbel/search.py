@@ -84,6 +84,9 @@ class SearchOutcome:
     #: What the collapse guard found (stage, epoch, training top-1, the line, the restored
     #: architecture); None when the search did not collapse.
     collapse: dict[str, Any] | None = None
+    #: The export check of the network kept (:func:`measured_export`): its measured ratios to the
+    #: baseline, the table's, and the ratios expected before it was measured; None when unchecked.
+    export_check: dict[str, Any] | None = None
 
 
 def load_space_cost_model(config: GumbelSearchConfig, out: Path) -> tuple[Any, Any]:
@@ -245,7 +248,13 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
     ``penalty.export_checks`` measurements; the network kept is the one within every target as
     measured that comes nearest them (the largest mean of its measured / target ratios), else the
     one nearest them from above. Each check goes into ``outcome.history``'s last record as
-    ``export_checks`` and into ``arch.json``.
+    ``export_checks`` and into ``arch.json``, the kept one into ``outcome.export_check``.
+
+    Each check also records what was expected of its network before it was timed
+    (``expected_latency_ratio`` / ``expected_memory_ratio``): its table ratio times how much this
+    machine measured the earlier checks over the table (:func:`_check_scale`; the first check's is the
+    table's own). That is the search's prediction once the table, a prior, has met the chip: an export
+    chosen after a check that measured the region 10 % over the table is expected 10 % over its table cost.
     """
     from nni_hwaware.spaces.io import save_architecture
     from nni_hwaware.strategies.gumbel.strategy import fitting_architecture
@@ -275,10 +284,12 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
         ratios = {"latency_ms": measured["latency_ratio"],
                   "memory_mb": measured["memory_mb"] / measured["reference_memory_mb"]}
         over = {k: ratios[k] / shares[k] for k in targets if ratios[k] > shares[k]}
+        table = {"latency": predicted.latency_ms / base.latency_ms, "memory": predicted.memory_mb / base.memory_mb}
         checks.append({"arch": dict(arch), "measured_latency_ratio": ratios["latency_ms"],
                        "measured_memory_ratio": ratios["memory_mb"],
-                       "predicted_latency_ratio": predicted.latency_ms / base.latency_ms,
-                       "predicted_memory_ratio": predicted.memory_mb / base.memory_mb,
+                       "predicted_latency_ratio": table["latency"], "predicted_memory_ratio": table["memory"],
+                       # what the search expected of it before timing it: the table corrected by the earlier checks
+                       **{f"expected_{k}_ratio": v * _check_scale(checks, k) for k, v in table.items()},
                        "limits": dict(limits), "within": not over, "retimed": retimed})
         costs = {"latency_ms": predicted.latency_ms, "memory_mb": predicted.memory_mb}
         if over:
@@ -306,11 +317,12 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
         checks, key=lambda c: max(_measured(c, k) / shares[k] for k in targets))
     if len(checks) > 1 or not nearest["within"] or unfit:
         line = ", ".join(f"{_arch_short(c['arch'])}: latency {c['measured_latency_ratio']:.3f} "
-                         f"(table {c['predicted_latency_ratio']:.3f}), memory {c['measured_memory_ratio']:.3f}"
-                         for c in checks)
+                         f"(table {c['predicted_latency_ratio']:.3f}, expected {c['expected_latency_ratio']:.3f}), "
+                         f"memory {c['measured_memory_ratio']:.3f}" for c in checks)
         verdict = "within the targets" if nearest["within"] else "none within the targets as measured; kept the nearest"
         log(f"export measured against the baseline on this machine: {line}; {verdict}{unfit}")
-    outcome = dataclasses.replace(outcome, arch=dict(nearest["arch"]), history=[*outcome.history])
+    outcome = dataclasses.replace(outcome, arch=dict(nearest["arch"]), history=[*outcome.history],
+                                  export_check=dict(nearest))
     if outcome.history:
         outcome.history[-1] = {**outcome.history[-1], "export_checks": checks}
     if _is_rank_zero():
@@ -319,6 +331,16 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
                           probabilities=outcome.probabilities, search_seconds=outcome.search_seconds,
                           chip=cost_model.chip, export_checks=checks)
     return outcome
+
+
+def _check_scale(checks: Sequence[Mapping[str, Any]], kind: str) -> float:
+    """How much this machine measured the checked exports over the table (``kind``: latency or memory): the
+    geometric mean of their measured / predicted ratios, 1 before any. The table is a prior; the export's
+    expected cost is its table cost times this, as the PPO search's correction of the table
+    (:class:`~nni_hwaware.strategies.correction.CostCorrection`'s global scale) from its trials."""
+    logs = [math.log(c[f"measured_{kind}_ratio"] / c[f"predicted_{kind}_ratio"]) for c in checks
+            if c[f"measured_{kind}_ratio"] > 0 and c[f"predicted_{kind}_ratio"] > 0]
+    return math.exp(sum(logs) / len(logs)) if logs else 1.0
 
 
 def _straddles(measured: Mapping[str, Any], share: float | None) -> bool:
@@ -424,6 +446,9 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
         log(f"search {point_text(point)}: {json.dumps(outcome.arch)} in {outcome.search_seconds:.1f} s")
         results[name] = retrain(outcome.arch, f"searched_{name}", point,
                                 alpha=point.get("alpha"), search_seconds=outcome.search_seconds)
+        if outcome.export_check:  # what the export's check measured, and what was expected of it
+            results[name] = dataclasses.replace(results[name], extra={**results[name].extra,
+                                                                      "export_check": outcome.export_check})
         if outcome.collapse:  # the module said it in one line; the result keeps it
             results[name] = dataclasses.replace(results[name], extra={**results[name].extra,
                                                                       "search_collapse": outcome.collapse})

@@ -142,3 +142,17 @@ def test_search_report_counts_trials_over_budget_as_measured_and_draws_the_calib
     assert "memory_mb: 0 of 4 trials over the budget of 0.5 MB as measured (0 as predicted)" in markdown
     assert "measured / predicted latency: median 1.222, from 0.947 to 1.500 over 4 trials" in markdown
     assert paths["calibration"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_found_networks_export_check_shows_what_was_expected_of_it_beside_what_it_measured() -> None:
+    from nni_hwaware.report.table import measured_markdown
+
+    comparison = {"latency_ratio": 0.44, "latency_ratio_ci95": [0.43, 0.45], "spread": 0.02, "rounds": 20,
+                  "predicted_latency_ratio": 0.39, "warnings": []}
+    check = {"expected_latency_ratio": 0.4461, "measured_latency_ratio": 0.4312, "expected_memory_ratio": 0.5052}
+    found = _result("searched", 0.975, 0.995, 0.9, 0.2, extra={"vs_baseline": comparison, "export_check": check})
+    text = measured_markdown(found)
+    assert ("- at export: latency ratio expected 0.446 (the table corrected by the earlier export checks), "
+            "measured 0.431 in the export check; memory ratio expected 0.505") in text
+    unchecked = _result("searched", 0.975, 0.995, 0.9, 0.2, extra={"vs_baseline": comparison})
+    assert "at export" not in measured_markdown(unchecked)

@@ -61,6 +61,9 @@ __all__ = ["CORRECTED", "RATIO_LATENCY", "CostCorrection", "MetricCorrection", "
 CORRECTED = ("latency_ms", "memory_mb")
 #: Pairs the local model conditions on at most (the newest).
 _LOCAL_LIMIT = 400
+#: The prior margin's weight in :meth:`CostCorrection.log_spread`, in pairs.
+_PRIOR_PAIRS = 2
+_Z90 = float(ndtri(0.9))
 
 
 @dataclass
@@ -104,6 +107,14 @@ class MetricCorrection:
         if not self.residuals:
             return self.scale_log
         return self.scale_log + float(sum(r[j] for r, j in zip(self.residuals, indices, strict=True)))
+
+    def log_factors(self, keys: np.ndarray) -> np.ndarray:
+        """:meth:`log_factor` of many architectures (value indices, one row each)."""
+        keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
+        out = np.full(len(keys), self.scale_log)
+        for i, r in enumerate(self.residuals):
+            out += r[keys[:, i]]
+        return out
 
     def lowest_log_factor(self) -> float:
         """The smallest correction any architecture can get (the global scale and every label's lowest residual)."""
@@ -253,6 +264,36 @@ class CostCorrection:
         mean = fit.mean + fit.std * mu
         spread = fit.std * np.sqrt(sd * sd + fit.gp.noise)
         return ndtr((math.log(limit) - np.log(np.asarray(predicted, dtype=float)) - mean) / spread)
+
+    def log_spread(self, metric: str) -> float:
+        """The standard deviation of log(measured / corrected) by the global fit: the root mean square of the
+        leave-one-out residuals, pooled with the prior margin's (read as the 90th percentile of measured /
+        predicted) as :data:`_PRIOR_PAIRS` pairs."""
+        prior = math.log(self.prior_margin) / _Z90 if self.prior_margin > 1 else 0.0
+        loo = self.fits[metric].loo if metric in self.fits else np.zeros(0)
+        return math.sqrt((_PRIOR_PAIRS * prior ** 2 + float(np.sum(loo ** 2))) / (_PRIOR_PAIRS + len(loo)))
+
+    def over_probability(self, metric: str, keys: np.ndarray, predicted: np.ndarray, limit: float) -> np.ndarray:
+        """The probability that each architecture measures over ``limit``: the local model's where it is
+        fitted, else a normal log ratio with the global fit's mean and :meth:`log_spread`."""
+        keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
+        predicted = np.asarray(predicted, dtype=float)
+        if metric in self.locals:
+            return 1.0 - self.feasibility(metric, keys, predicted, limit)
+        mean = self.fits[metric].log_factors(keys) if metric in self.fits else np.zeros(len(keys))
+        gap = math.log(limit) - np.log(predicted) - mean
+        spread = self.log_spread(metric)
+        if spread <= 0:
+            return (gap < 0).astype(float)
+        loo = self.fits[metric].loo if metric in self.fits else np.zeros(0)
+        prior = ndtr(-gap / spread)
+        if not len(loo):
+            return prior
+        # the leave-one-out residuals' own distribution (a kernel estimate: skewed, heavy-tailed errors
+        # stay so), pooled with the normal of the pooled spread as _PRIOR_PAIRS pairs
+        width = max(spread * len(loo) ** -0.2, 1e-3)
+        empirical = ndtr((loo[None, :] - gap[:, None]) / width).mean(axis=1)
+        return (_PRIOR_PAIRS * prior + len(loo) * empirical) / (_PRIOR_PAIRS + len(loo))
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Per metric with pairs: their count, the global scale, the margin and the spread of

@@ -98,6 +98,11 @@ class PPOConfig:
     weigh_feasibility: bool = True
     """With a ``gp`` margin, the surrogate's expected improvement of a draw is multiplied by its
     probability of fitting the budget as measured (constrained expected improvement)."""
+    risk: float = 0.05
+    """With ``correct``: the share of its proposals the search may expect to measure over the budget,
+    over the run. Each proposal's probability of measuring over is spent from this allowance (an
+    architecture at the budget's edge spends about 0.5, one far inside it nothing), so the search
+    gambles on the edge, where the best networks are, only as often as the allowance grows."""
     shrinkage: float = 4.0
     """Ridge weight that shrinks each (label, value) residual of the correction toward zero."""
     prior_margin: float = 1.0
@@ -129,6 +134,9 @@ class PPOConfig:
             raise HwAwareError(f"PPO option margin_model must be 'gp' or 'conformal', got {self.margin_model!r}")
         if not 0.0 < self.delta < 1.0:
             raise HwAwareError(f"PPO option delta must be in (0, 1), got {self.delta}")
+        for name in ("risk",):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise HwAwareError(f"PPO option {name} must be in [0, 1], got {getattr(self, name)}")
         for name in ("lr", "clip", "shrinkage", "prior_margin"):
             if not getattr(self, name) > 0:
                 raise HwAwareError(f"PPO option {name} must be > 0, got {getattr(self, name)}")

@@ -103,6 +103,8 @@ class PPOSearch:
                                          prior_margin=c.prior_margin, use_margin=c.margin,
                                          local=c.margin_model == "gp") if c.correct else None
         self._predicted: dict[tuple[int, ...], dict[str, float]] = {}
+        #: Each proposal's probability of measuring over the budget when it was proposed (the risk spent).
+        self.risk: dict[tuple[int, ...], float] = {}
         #: Why no network can fit the budget as measured (None while some can): the search then stops.
         self.unreachable: str | None = None
         self._remask()
@@ -193,17 +195,25 @@ class PPOSearch:
             ok[at[bounds > self.budget.limits()[metric] * (1 + 1e-9)]] = False
         return ok
 
-    def _feasibility(self, keys: list[tuple[int, ...]]) -> np.ndarray:
-        """Each architecture's probability of fitting every corrected limit as measured (constrained
-        expected improvement, Gardner et al. 2014): 1 without a local correction."""
-        chance = np.ones(len(keys))
-        if not self.config.weigh_feasibility:
-            return chance
+    def over_probability(self, keys: list[tuple[int, ...]]) -> np.ndarray:
+        """Each architecture's probability of measuring over some corrected limit (0 without a correction)."""
+        fits = np.ones(len(keys))
         for metric in self._corrected_limits():
             predicted = np.asarray([self.predicted(k)[metric] for k in keys])
-            chance *= self.correction.feasibility(metric, np.asarray(keys, dtype=np.int64), predicted,
-                                                  self.budget.limits()[metric])
-        return chance
+            fits *= 1.0 - self.correction.over_probability(metric, np.asarray(keys, dtype=np.int64), predicted,
+                                                           self.budget.limits()[metric])
+        return 1.0 - fits
+
+    def risk_allowance(self) -> float:
+        """What the next proposal may risk: the allowed share of the proposals so far and this one, less
+        the risk spent (the larger of the finished ones' expected risk and how many measured over) and
+        the risk of those in flight."""
+        if not self._corrected_limits():
+            return math.inf
+        share = self.config.risk
+        finished = sum(p for k, p in self.risk.items() if k not in self.pending)
+        spent = max(finished, float(self.measured_over_budget()))
+        return share * (len(self.risk) + 1) - spent - sum(self.risk.get(k, 0.0) for k in self.pending)
 
     def _exact_check(self) -> bool:
         """Whether a finished draw must be checked (the mask alone is exact for one table-only bound)."""
@@ -322,10 +332,15 @@ class PPOSearch:
                         keys.extend(local)
                         scores = np.concatenate(
                             [scores, self.surrogate.acquisition(np.asarray(local), list(self.pending))])
-                    best = int(np.argmax(scores * self._feasibility(keys)))
-                else:  # the policy's first fresh draw (a uniform one if the policy drew none)
-                    best = 0
+                    risk = self.over_probability(keys)
+                    allowed = self._allowed(risk)
+                    value = scores * (1.0 - risk if self.config.weigh_feasibility else 1.0)
+                    best = int(np.argmax(np.where(allowed, value, -np.inf)))
+                else:  # the policy's first fresh draw (a uniform one if the policy drew none) within the allowance
+                    risk = self.over_probability(keys)
+                    best = int(np.argmax(self._allowed(risk)))
                 key = keys[best]
+                self.risk[key] = float(risk[best])
                 if key in fresh:
                     row = fresh[key]
                     self.pending[key] = _Episode(list(key), states[row], masks[row], logps[row])
@@ -338,9 +353,15 @@ class PPOSearch:
                 if not left:
                     return None
                 key = left[int(torch.randint(len(left), (1,), generator=self.generator))]
+                self.risk[key] = float(self.over_probability([key])[0])
                 self.pending[key] = self._replay(key)
                 return key
         return None
+
+    def _allowed(self, risk: np.ndarray) -> np.ndarray:
+        """Which candidates fit the risk allowance (the least risky ones when none does)."""
+        allowed = risk <= self.risk_allowance() + 1e-12
+        return allowed if allowed.any() else risk <= float(risk.min()) + 1e-12
 
     def _neighbours(self, exclude: Mapping[tuple[int, ...], int]) -> list[tuple[int, ...]]:
         """Feasible, untried architectures one label away from the ``local_best`` best so far.
@@ -555,6 +576,7 @@ class PPOSearch:
             "measured": [[list(k), v] for k, v in self.history.measured.items()],
             "correction": self.correction.state_dict() if self.correction is not None else None,
             "pending": [list(k) for k in self.pending],
+            "risk": [[list(k), p] for k, p in self.risk.items()],
             "finished": [[e.actions, e.reward] for e in self.finished],
             "updates": self.updates,
             "decisions": self.decisions,
@@ -577,6 +599,7 @@ class PPOSearch:
         if self.correction is not None:
             self.correction.load_state_dict(state.get("correction") or {})
             self._remask()
+        self.risk = {tuple(k): float(p) for k, p in state.get("risk", [])}
         pending = [tuple(k) for k in state.get("pending", []) if tuple(k) not in self.history.rewards]
         self.pending = dict(zip(pending, self._replays(pending), strict=True)) if pending else {}
         finished = [tuple(actions) for actions, _ in state["finished"]]

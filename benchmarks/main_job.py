@@ -24,6 +24,7 @@ import yaml
 
 from nni_hwaware.experiment import create_experiment, write_config
 from nni_hwaware.report.search import best_trial
+from nni_hwaware.strategies.correction import RATIO_LATENCY
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +51,12 @@ def main() -> None:
         report = json.loads(reports[0].read_text()) if reports else {}
         budget = report.get("budget", {})
         best = best_trial(search, budget) if search else {}  # the best measured within the budget
-        over = {f"over_budget_measured_{m}": sum(float(t[m]) > float(budget[m]) for t in search if m in t)
+        # latency judged as the report judges it: on the table's scale where the trial has it (its ratio
+        # to the reference times the table's reference latency), which a busy machine does not move
+        # (the report's trials carry it; NNI's metrics are what the trials reported)
+        judged = [t for t in report.get("trials", []) if not t.get("retrain")] or search
+        over = {f"over_budget_measured_{m}": sum(float(t.get(RATIO_LATENCY, t[m]) if m == "latency_ms" else t[m])
+                                                 > float(budget[m]) for t in judged if m in t)
                 for m in ("latency_ms", "memory_mb") if m in budget}
         over.update({f"over_budget_predicted_{m}": sum(float(t[f"predicted_{m}"]) > float(budget[m])
                                                        for t in search if f"predicted_{m}" in t)

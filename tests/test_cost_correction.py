@@ -258,3 +258,19 @@ def test_the_risk_spent_is_saved_and_restored_with_the_search_state() -> None:
     again.load_state_dict(search.state_dict())
     assert again.risk == search.risk and again.risk_allowance() == pytest.approx(search.risk_allowance())
     assert search.risk and all(0.0 <= p <= 1.0 for p in search.risk.values())
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["conformal", "gp"])
+def test_a_chip_the_table_predicts_exactly_gets_no_margin_and_a_network_at_the_limit_fits(local: bool) -> None:
+    # discrete latencies (an accelerator's cycle counts) and a budget set at one of them
+    rng = np.random.default_rng(0)
+    correction = CostCorrection([VALUES] * LABELS, delta=0.1, local=local)
+    for _ in range(30):
+        key = tuple(int(j) for j in rng.integers(VALUES, size=LABELS))
+        correction.add(key, {"latency_ms": predicted(key)}, {"latency_ms": predicted(key)})
+    edge = (2,) * LABELS
+    limit = predicted(edge)
+    assert correction.bound("latency_ms", edge, limit) <= limit * (1 + 1e-9)
+    assert correction.over_probability("latency_ms", np.asarray([edge]), np.asarray([limit]), limit)[0] < 1e-4
+    over = (3,) + (2,) * (LABELS - 1)
+    assert correction.over_probability("latency_ms", np.asarray([over]), np.asarray([predicted(over)]), limit)[0] > 0.99

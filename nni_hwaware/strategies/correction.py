@@ -197,7 +197,8 @@ class CostCorrection:
 
                 keep = slice(-_LOCAL_LIMIT, None)
                 ys, at = y[keep], np.asarray(keys[keep], dtype=np.int64)
-                mean, std = float(ys.mean()), max(float(ys.std()), 1e-3)
+                # a chip the table predicts exactly has no spread: no margin either (1e-9: a tie at the limit fits)
+                mean, std = float(ys.mean()), max(float(ys.std()), 1e-9)
                 gp = HammingGP(len(self.n_values))
                 gp.fit(at, (ys - mean) / std)
                 self.locals[metric] = _LocalFit(gp, mean, std)
@@ -278,6 +279,7 @@ class CostCorrection:
         fitted, else a normal log ratio with the global fit's mean and :meth:`log_spread`."""
         keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
         predicted = np.asarray(predicted, dtype=float)
+        limit *= 1 + 1e-9  # as the budget is checked: a network measured at the limit fits
         if metric in self.locals:
             return 1.0 - self.feasibility(metric, keys, predicted, limit)
         mean = self.fits[metric].log_factors(keys) if metric in self.fits else np.zeros(len(keys))

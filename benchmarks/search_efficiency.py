@@ -26,9 +26,10 @@ measurements). Either way each run also gives the other judgment's regrets
 what budget masking alone gives. ``ppo`` is
 :class:`~nni_hwaware.strategies.ppo.tuner.PPOTuner` on the tabular suite and
 :class:`~nni_hwaware.strategies.ppo.core.PPOSearch` behind the same Tuner calls on
-NB201, both with :class:`PPOConfig`'s defaults plus ``--ppo``; ``ppo_corrected``
-(learning from the measured costs, ``correct=True``) and ``ppo_corrected_no_margin``
-(corrected, no conformal margin) run the same core.
+NB201, both with :class:`PPOConfig`'s defaults plus ``--ppo`` (learning from the measured
+costs); the ablations run the same core: ``ppo_trusting`` (no correction: the table is
+trusted), ``ppo_no_margin`` (corrected, no margin), ``ppo_no_risk`` (no risk allowance) and
+``ppo_conformal`` (one conformal margin for every network instead of the GP's).
 NNI's own RL searchers (``policy_based_rl``, ``nni_ppo``) run where their extra
 packages are installed (see :mod:`rl_peers`), else the output says ``skipped``.
 
@@ -75,13 +76,13 @@ from nni_hwaware.strategies.ppo.config import PPOConfig
 DATA = Path(__file__).parent / "data"
 SPACE = "digits_tiny"
 NNI_TUNERS = ("random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
-STRATEGIES = ("ppo", "ppo_corrected", "ppo_corrected_conformal", "ppo_corrected_weighed", "ppo_corrected_no_margin", "random_feasible", "random", "tpe",
-              "regularized_evolution", "policy_based_rl", "nni_ppo")
-#: PPO with the learning from measured costs on (off by default): the options each adds to ``--ppo``.
-ABLATIONS = {"ppo_corrected": {"correct": True},
-             "ppo_corrected_conformal": {"correct": True, "margin_model": "conformal"},
-             "ppo_corrected_weighed": {"correct": True, "delta": 0.5},
-             "ppo_corrected_no_margin": {"correct": True, "margin": False}}
+STRATEGIES = ("ppo", "ppo_trusting", "ppo_no_margin", "ppo_no_risk", "ppo_conformal", "random_feasible", "random",
+              "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
+#: Ablations of PPO's learning from measured costs (on by default): the options each adds to ``--ppo``.
+ABLATIONS = {"ppo_trusting": {"correct": False},
+             "ppo_no_margin": {"margin": False},
+             "ppo_no_risk": {"risk": 1.0},
+             "ppo_conformal": {"margin_model": "conformal"}}
 CHECKPOINTS = (25, 50, 100)
 #: Accuracy points below which a regret is 0 (the benchmarks' accuracies have two decimals).
 REGRET_FLOOR = 0.01

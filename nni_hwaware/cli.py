@@ -208,6 +208,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from nni_hwaware.cost_model.fidelity import check_fidelity
     from nni_hwaware.cost_table import CostTable
     from nni_hwaware.files import write_atomically
+    from nni_hwaware.strategies.correction import FIDELITY_SUFFIX
 
     named, model = _model(args, args.table)
     figures, frame = check_fidelity(named.space, model, named.input_shape, args.archs, seed=args.seed,
@@ -219,8 +220,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if "probe_drift" in table.columns and table.probe_drift.notna().any():
         figures["table"] = {"probe_drift": float(table.probe_drift.max()),
                             "share_met": float(table.met_target.fillna(False).astype(bool).mean())}
+    # the table's own fidelity figures, beside it: a search's prior margin until trials have measured
+    saved = f"{args.table}{FIDELITY_SUFFIX}"
+    write_atomically(saved, json.dumps({"n_archs": len(frame), **figures}, indent=1))
     for name, values in figures.items():
         print(f"{name:8s} " + "  ".join(f"{k}={v:.3f}" for k, v in values.items()))
+    print(f"fidelity figures saved to {saved} (a search's prior margin until its trials have measured)")
     print(json.dumps({"n_archs": len(frame), **figures}))
     return 0
 

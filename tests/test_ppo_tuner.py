@@ -269,3 +269,20 @@ def test_the_tuner_writes_the_report_from_the_retraining_trials_answer(tmp_path,
     assert "latency ratio, measured interleaved: 0.500 (95 % interval 0.480 to 0.520, 10 rounds" in markdown
     saved = json.loads((report / "results.json").read_text())
     assert saved["best"]["arch"] == arch(first) and len(saved["trials"]) == 1
+
+
+def test_the_search_takes_its_prior_margin_from_the_tables_fidelity_figures(tmp_path, caplog) -> None:
+    from nni_hwaware.strategies.correction import FIDELITY_SUFFIX
+
+    assert _tuner(tmp_path).search.correction.prior_margin == 1.0  # no figures: the default
+    # what `nni-hwaware validate t.csv` saves beside the table: 9 in 10 networks within 1.12x (latency)
+    (tmp_path / f"t.csv{FIDELITY_SUFFIX}").write_text(json.dumps(
+        {"n_archs": 20, "latency": {"ratio_q90_vs_reference": 1.12}, "memory": {"ratio_q90": 1.03}}))
+    assert _tuner(tmp_path).search.correction.prior_margin == pytest.approx(1.12)
+    # the user's own prior margin wins; a search that trusts the table has none
+    assert _tuner(tmp_path, ppo={"prior_margin": 1.3}).search.correction.prior_margin == pytest.approx(1.3)
+    assert _tuner(tmp_path, ppo={"correct": False}).search.correction is None
+    # a file that is not one: a warning, and the default
+    (tmp_path / f"t.csv{FIDELITY_SUFFIX}").write_text("[1, 2]")
+    assert _tuner(tmp_path).search.correction.prior_margin == 1.0
+    assert "is not a fidelity file" in caplog.text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -91,9 +92,21 @@ def test_prune_and_chips_on_a_profiled_table(tiny_profile: Path, tmp_path: Path,
 
 
 def test_validate_prints_agreement(tiny_profile: Path, tmp_path: Path, capsys) -> None:
-    assert main(["validate", str(tiny_profile), "--space", "digits_tiny", "--threads", "1", "-k", "5",
+    import shutil
+
+    from nni_hwaware.strategies.correction import FIDELITY_SUFFIX, fidelity_prior_margin
+
+    table = tmp_path / "table.csv"  # the fidelity figures are saved beside it: not beside the shared one
+    shutil.copy(tiny_profile, table)
+    assert main(["validate", str(table), "--space", "digits_tiny", "--threads", "1", "-k", "5",
                  "--time-budget", "2", "--out", str(tmp_path / "v.csv")]) == 0
     text = capsys.readouterr().out
+    # the table's own fidelity figures, beside it: a search's prior margin before its trials measure
+    saved = json.loads((tmp_path / f"table.csv{FIDELITY_SUFFIX}").read_text())
+    assert saved["n_archs"] == 5 and saved["latency"]["ratio_q90_vs_reference"] > 0
+    assert "ratio_q90_vs_reference=" in text and "saved to" in text
+    assert fidelity_prior_margin(table) == max(1.0, saved["latency"]["ratio_q90_vs_reference"],
+                                               saved["memory"]["ratio_q90"])
     assert "spearman=" in text and "mape=" in text and "within10=" in text and "ceiling=" in text
     # relative to the reference network timed in the same rounds; the machine's drift, then and now
     assert "within10_vs_reference=" in text and "probe_drift=" in text and "share_met=" in text

@@ -13,6 +13,7 @@ side. :class:`~nni_hwaware.strategies.ppo.tuner.PPOTuner` translates NNI's calls
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_json
-from nni_hwaware.strategies.correction import on_table_scale
+from nni_hwaware.strategies.correction import fidelity_prior_margin, on_table_scale
 from nni_hwaware.strategies.job import SearchJob
 from nni_hwaware.strategies.ppo.records import (
     ALL_FAILED_AFTER,
@@ -66,7 +67,7 @@ class SearchSession:
         self.full = load_cost_model(self.named, self.job.cost, self.output_dir / "cost_table.csv")
         allowed = allowed_values(search_space, self.full.choices(), self.named.name)
         self.model, self.budget, self.reference = self.job.search_model(self.named, self.full, allowed)
-        self.search = PPOSearch(self.model, self.budget, self.job.ppo)
+        self.search = PPOSearch(self.model, self.budget, self._ppo_config())
         state_file = self.job.state_file
         if initial_state is None and state_file and Path(state_file).exists():  # saved at every event: the newest
             initial_state = load_state(state_file)
@@ -189,6 +190,18 @@ class SearchSession:
                     self.records.add_result(arch, metrics)
         _logger.info("imported %d results (%d already known or skipped)", learned, len(data) - learned)
         self._save()
+
+    def _ppo_config(self) -> Any:
+        """The job's PPO options; without a prior margin of the user's, the one of the table's own
+        fidelity figures (``nni-hwaware validate`` saved them beside it)."""
+        config = self.job.ppo
+        if config.correct and config.prior_margin == 1.0:
+            table = self.job.cost.table or self.output_dir / "cost_table.csv"
+            margin = fidelity_prior_margin(table)
+            if margin is not None:
+                _logger.info("prior margin %.3f from the fidelity figures of %s", margin, table)
+                config = dataclasses.replace(config, prior_margin=margin)
+        return config
 
     def _reference_latency(self) -> float:
         """The table's latency of the reference network: a result's measured ratio to it is its

@@ -37,6 +37,12 @@ additive table misses the interactions of a few labels, and the networks a searc
 proposes near the budget are neighbours of ones it has measured (constrained Bayesian
 optimisation's probability of feasibility, Gardner et al. 2014; Gelbart et al. 2014).
 
+:meth:`CostCorrection.over_probability` gives each architecture's probability of measuring
+over a limit: the Gaussian process's where it is fitted, else a kernel estimate of the
+leave-one-out residuals' distribution (skewed or heavy-tailed errors stay so) pooled with a
+normal of the prior margin's spread. The PPO search spends these probabilities from its
+risk allowance.
+
 Nothing here knows NNI: the PPO core feeds it the metrics it is told.
 """
 

@@ -98,7 +98,7 @@ class PPOConfig:
     """How the margin is set: ``gp``, per architecture from a Gaussian process of the measured
     ratios (tight near measured networks); ``conformal``, one quantile for every architecture."""
     weigh_feasibility: bool = True
-    """With a ``gp`` margin, the surrogate's expected improvement of a draw is multiplied by its
+    """With ``correct``, the surrogate's expected improvement of a draw is multiplied by its
     probability of fitting the budget as measured (constrained expected improvement)."""
     risk: float = 0.05
     """With ``correct``: the share of its proposals the search may expect to measure over the budget,

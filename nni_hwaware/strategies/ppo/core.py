@@ -23,6 +23,11 @@ neighbours of the best architectures join the pool. When no fresh
 sample turns up, the draws become uniform, and a feasible set small enough to
 list is searched directly: a proposal is refused only when every feasible
 architecture is tried or in flight. A failed trial gets ``failure_reward``.
+
+With ``correct`` (the default) the table is a prior: the costs each result measured fit a
+correction (:mod:`~nni_hwaware.strategies.correction`), a draw must fit the budget by its
+corrected prediction times a margin, and each proposal's probability of measuring over the
+budget is spent from an allowance of ``risk`` of the proposals so far (:meth:`PPOSearch.risk_allowance`).
 """
 
 from __future__ import annotations

@@ -289,7 +289,8 @@ class CostCorrection:
 
     def over_probability(self, metric: str, keys: np.ndarray, predicted: np.ndarray, limit: float) -> np.ndarray:
         """The probability that each architecture measures over ``limit``: the local model's where it is
-        fitted, else a normal log ratio with the global fit's mean and :meth:`log_spread`."""
+        fitted, else that of its log ratio about the global fit's mean, distributed as the leave-one-out
+        residuals (a kernel estimate) pooled with a normal of :meth:`log_spread`."""
         keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
         predicted = np.asarray(predicted, dtype=float)
         limit *= 1 + 1e-9  # as the budget is checked: a network measured at the limit fits

@@ -23,8 +23,7 @@ from pathlib import Path
 import yaml
 
 from nni_hwaware.experiment import create_experiment, write_config
-from nni_hwaware.report.search import best_trial
-from nni_hwaware.strategies.correction import RATIO_LATENCY
+from nni_hwaware.report.search import best_trial, measured_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,8 +54,7 @@ def main() -> None:
         # to the reference times the table's reference latency), which a busy machine does not move
         # (the report's trials carry it; NNI's metrics are what the trials reported)
         judged = [t for t in report.get("trials", []) if not t.get("retrain")] or search
-        over = {f"over_budget_measured_{m}": sum(float(t.get(RATIO_LATENCY, t[m]) if m == "latency_ms" else t[m])
-                                                 > float(budget[m]) for t in judged if m in t)
+        over = {f"over_budget_measured_{m}": sum(float(measured_cost(t, m)) > float(budget[m]) for t in judged if m in t)
                 for m in ("latency_ms", "memory_mb") if m in budget}
         over.update({f"over_budget_predicted_{m}": sum(float(t[f"predicted_{m}"]) > float(budget[m])
                                                        for t in search if f"predicted_{m}" in t)

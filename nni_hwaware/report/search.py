@@ -91,7 +91,8 @@ def write_retrain_report(out_dir: str | os.PathLike[str], metric: Mapping[str, A
 _RATIO_LATENCY = "ratio_latency_ms"
 
 
-def _measured(trial: Mapping[str, Any], metric: str) -> Any:
+def measured_cost(trial: Mapping[str, Any], metric: str) -> Any:
+    """What a trial measured of ``metric``; latency on the table's scale where the search added it."""
     return trial.get(_RATIO_LATENCY, trial.get(metric)) if metric == "latency_ms" else trial.get(metric)
 
 
@@ -100,15 +101,15 @@ def _calibration(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any])
     (latency on the table's scale where the trial has it: its measured ratio to the reference times
     the table's reference latency, which a busy machine does not move)."""
     both = [t for t in trials if isinstance(t.get("predicted_latency_ms"), (int, float))
-            and isinstance(_measured(t, "latency_ms"), (int, float))]
+            and isinstance(measured_cost(t, "latency_ms"), (int, float))]
     lines = []
     for metric, unit in (("latency_ms", "ms"), ("memory_mb", "MB")):
         limit = budget.get(metric)
-        measured = [t for t in trials if isinstance(_measured(t, metric), (int, float))
+        measured = [t for t in trials if isinstance(measured_cost(t, metric), (int, float))
                     and isinstance(t.get(f"predicted_{metric}"), (int, float))]
         if limit is None or not measured:
             continue
-        over = sum(float(_measured(t, metric)) > float(limit) for t in measured)
+        over = sum(float(measured_cost(t, metric)) > float(limit) for t in measured)
         predicted_over = sum(float(t[f"predicted_{metric}"]) > float(limit) for t in measured)
         lines.append(f"{metric}: {over} of {len(measured)} trials over the budget of {float(limit):.3g} {unit} "
                      f"as measured ({predicted_over} as predicted)")
@@ -116,12 +117,12 @@ def _calibration(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any])
             lines.append(f"no search trial was measured within the {metric} budget: the network retrained is "
                          "the best of those over it")
     if both:
-        ratios = [float(_measured(t, "latency_ms")) / float(t["predicted_latency_ms"]) for t in both]
+        ratios = [float(measured_cost(t, "latency_ms")) / float(t["predicted_latency_ms"]) for t in both]
         ratios.sort()
         lines.append(f"measured / predicted latency: median {ratios[len(ratios) // 2]:.3f}, "
                      f"from {ratios[0]:.3f} to {ratios[-1]:.3f} over {len(both)} trials")
     return {"predicted": [float(t["predicted_latency_ms"]) for t in both],
-            "measured": [float(_measured(t, "latency_ms")) for t in both], "lines": lines}
+            "measured": [float(measured_cost(t, "latency_ms")) for t in both], "lines": lines}
 
 
 def render_search_report(results_file: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Path]:

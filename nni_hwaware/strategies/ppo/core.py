@@ -330,6 +330,7 @@ class PPOSearch:
                 fresh = {key: row for (key, row), ok in zip(fresh.items(), fits, strict=True) if ok}
             if fresh:
                 keys = list(fresh)
+                scores = None
                 if self._screening():
                     scores = self.surrogate.acquisition(np.asarray(keys), list(self.pending))
                     if float(np.max(scores)) < c.local_ei and (local := self._neighbours(fresh)):
@@ -337,13 +338,13 @@ class PPOSearch:
                         keys.extend(local)
                         scores = np.concatenate(
                             [scores, self.surrogate.acquisition(np.asarray(local), list(self.pending))])
-                    risk = self.over_probability(keys)
-                    allowed = self._allowed(risk)
+                risk = self.over_probability(keys)
+                allowed = self._allowed(risk)
+                if scores is not None:
                     value = scores * (1.0 - risk if self.config.weigh_feasibility else 1.0)
                     best = int(np.argmax(np.where(allowed, value, -np.inf)))
                 else:  # the policy's first fresh draw (a uniform one if the policy drew none) within the allowance
-                    risk = self.over_probability(keys)
-                    best = int(np.argmax(self._allowed(risk)))
+                    best = int(np.argmax(allowed))
                 key = keys[best]
                 self.risk[key] = float(risk[best])
                 if key in fresh:

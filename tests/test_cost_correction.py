@@ -149,6 +149,12 @@ def test_bad_correction_options_are_one_line_errors(options: dict, message: str)
         PPOConfig(**options)
 
 
+@pytest.mark.parametrize("risk", [-0.1, 1.5])
+def test_a_risk_outside_0_to_1_is_a_one_line_error(risk: float) -> None:
+    with pytest.raises(HwAwareError, match=r"PPO option risk must be in \[0, 1\]"):
+        PPOConfig(risk=risk)
+
+
 def test_the_retraining_trial_picks_the_best_network_measured_within_the_budget() -> None:
     from nni_hwaware.report.search import _calibration, best_trial, measured_within
 

@@ -243,6 +243,26 @@ def run(tuner: Any, suite: Suite, max_trials: int, judge: str = "measured") -> d
     return out
 
 
+def delta_oracle_regret(suite: Suite, delta: float, judge: str = "measured") -> float:
+    """The regret of a search that knows every network's accuracy but, like PPO, proposes only networks
+    that fit the budget as measured with probability at least ``1 - delta``.
+
+    A network's probability of measuring over is the share of the table's errors (log measured /
+    predicted, over the whole space: a perfect validation of the table) that would put its prediction
+    over the budget; what no correction can learn of one network stays unknown to the oracle too. It
+    finds the best network it may propose that fits (``judge``), so no search holding ``delta`` per
+    proposal reaches a lower regret, however many trials it runs, unless it learns the table's errors
+    network by network.
+    """
+    errors = np.sort(np.log(suite.measured_ms / suite.model_ms))
+    gap = np.log(suite.budget_ms * (1 + 1e-9)) - np.log(suite.model_ms)
+    over = 1.0 - np.searchsorted(errors, gap, side="right") / len(errors)
+    feasible, best = (suite.feasible_measured, suite.best_measured) if judge == "measured" else (suite.feasible,
+                                                                                                suite.best)
+    allowed = (over <= delta) & feasible
+    return best - float(suite.accuracy[allowed].max()) if allowed.any() else best
+
+
 def summarise(sequence: list[int], suite: Suite, max_trials: int, decide_s: float, learn_s: float,
               judge: str = "measured") -> dict[str, Any]:
     """The figures of one run from its trials in order (rows of the suite), judged as ``judge`` says;
@@ -312,6 +332,7 @@ def headline(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The closing figures: PPO against random over the feasible set and against NNI's tuners."""
     out: dict[str, Any] = {}
     ratios, tabular, beats, other_ratios, below = [], [], {}, [], {}
+    oracle_vs_random, ppo_vs_oracle = [], []
     for name, result in suites.items():
         ppo, masked = result.get("ppo"), result.get("random_feasible")
         if not isinstance(ppo, dict):
@@ -320,6 +341,9 @@ def headline(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
             a, b = ppo["mean_regret_at_100"], masked["mean_regret_at_100"]
             # regrets below the data's resolution (accuracies to 0.01 points) count as 0.01
             ratios.append(max(a, REGRET_FLOOR) / max(b, REGRET_FLOOR))
+            if (oracle := result.get("delta_oracle_regret")) is not None:
+                oracle_vs_random.append(max(oracle, REGRET_FLOOR) / max(b, REGRET_FLOOR))
+                ppo_vs_oracle.append(max(a, REGRET_FLOOR) / max(oracle, REGRET_FLOOR))
             other = next((k for k in ppo if k.startswith("mean_") and k.endswith("_regret_at_100")
                           and k != "mean_regret_at_100"), None)
             if other and other in masked:
@@ -334,6 +358,9 @@ def headline(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
                            ppo["median_trials_to_best"] < v["median_trials_to_best"]) for v in others.values())
     out["regret100_ratio_vs_masked_random"] = _geomean(ratios)
     out["regret100_ratio_vs_masked_random_other_judgment"] = _geomean(other_ratios)
+    # what holding delta per proposal leaves reachable: the delta-oracle against random, PPO against it
+    out["delta_oracle_regret_ratio_vs_masked_random"] = _geomean(oracle_vs_random)
+    out["regret100_ratio_vs_delta_oracle"] = _geomean(ppo_vs_oracle)
     out["trials_to_best_ratio_vs_masked_random"] = _geomean(tabular)
     out["over_budget_model"] = sum(r["ppo"]["over_budget_model"] for r in suites.values() if isinstance(r.get("ppo"), dict))
     out["over_budget_measured"] = sum(r["ppo"]["over_budget_measured"] for r in suites.values()
@@ -394,6 +421,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for s in names:
         suites[s]["budget_ms"] = get_suite(s).budget_ms
         suites[s]["feasible"] = int(get_suite(s).feasible.sum())
+        suites[s]["delta_oracle_regret"] = delta_oracle_regret(get_suite(s), PPOConfig.from_dict(ppo).delta, args.judge)
     if args.out:
         Path(args.out).write_text(json.dumps(suites, indent=1))
     out = {"seeds": args.seeds, "judge": args.judge, "ppo_options": {**ppo}, "suites": suites, **headline(suites)}

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from nb201 import Suite
-from search_efficiency import aggregate, headline, summarise
+from search_efficiency import aggregate, delta_oracle_regret, headline, summarise
 
 
 def toy_suite() -> Suite:
@@ -43,3 +43,16 @@ def test_the_headline_gives_the_share_of_proposals_over_the_measured_budget() ->
     assert figures["over_budget_below_random_feasible_in_every_suite"] is True
     assert figures["best_over_budget_measured_runs"] == 0
     assert figures["regret100_ratio_vs_masked_random"] == pytest.approx(1.0)
+
+
+def test_the_delta_oracle_proposes_only_what_the_tables_errors_let_fit_with_probability_one_minus_delta() -> None:
+    suite = toy_suite()  # the errors' logs: a 0.23, b 0.12, c 0.22, d 0
+    # b (predicted 8 ms) goes over 10 ms only with a's error: 1 in 4; a (9.5 ms) with three of the four errors
+    assert delta_oracle_regret(suite, 0.1) == pytest.approx(10.0)  # only c may be proposed: 80 - 70
+    assert delta_oracle_regret(suite, 0.3) == pytest.approx(0.0)  # b too, which fits as measured
+    assert delta_oracle_regret(suite, 0.8, judge="model") == pytest.approx(0.0)  # a, the model's best
+    masked = aggregate([summarise([0, 1, 2], suite, 3, 0.0, 0.0)] * 2)
+    ppo = aggregate([summarise([2], suite, 3, 0.0, 0.0)] * 2)  # regret 10, as the oracle at delta 0.1
+    figures = headline({"toy": {"ppo": ppo, "random_feasible": masked, "delta_oracle_regret": 10.0}})
+    assert figures["regret100_ratio_vs_delta_oracle"] == pytest.approx(1.0)
+    assert figures["delta_oracle_regret_ratio_vs_masked_random"] == pytest.approx(10.0 / 0.01)  # random found b

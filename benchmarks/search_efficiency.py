@@ -39,9 +39,13 @@ feasible architecture is trained (censored at ``max_trials + 1``), mean regret
 proposals over budget against the model and against the measured latency, and
 milliseconds per decision (``generate_parameters``) and per result, and for PPO
 runs whether the best they report (``PPOSearch.best``) is over budget as measured.
+Per suite, ``delta_oracle_regret`` is what holding PPO's ``delta`` leaves reachable: the
+regret of a search that knows every accuracy and proposes only networks that fit with
+probability at least ``1 - delta`` under the table's errors (:func:`delta_oracle_regret`).
 The last line is one JSON object, with ``over_budget_measured_share`` (PPO's
-proposals over the measured budget, of all its proposals) and
-``best_over_budget_measured_runs``.
+proposals over the measured budget, of all its proposals),
+``best_over_budget_measured_runs``, and the delta-oracle's regret against random's and PPO's
+against the oracle's (geometric means).
 """
 
 from __future__ import annotations

@@ -45,7 +45,9 @@ probability at least ``1 - delta`` under the table's errors (:func:`delta_oracle
 The last line is one JSON object, with ``over_budget_measured_share`` (PPO's
 proposals over the measured budget, of all its proposals),
 ``best_over_budget_measured_runs``, and the delta-oracle's regret against random's and PPO's
-against the oracle's (geometric means).
+against the oracle's (geometric means). ``mask_over_budget_measured_share`` and
+``accurate_over_budget_measured_share`` say how often the mask-feasible networks, all of them
+and the most accurate 5 %, measure over the budget (:func:`over_budget_shares`).
 """
 
 from __future__ import annotations
@@ -267,6 +269,17 @@ def delta_oracle_regret(suite: Suite, delta: float, judge: str = "measured") -> 
     return best - float(suite.accuracy[allowed].max()) if allowed.any() else best
 
 
+def over_budget_shares(suite: Suite, top: float = 0.05) -> dict[str, float]:
+    """How often the mask-feasible networks measure over the budget: all of them (what random search
+    over the mask proposes, in expectation) and the most accurate ``top`` of them (where a search that
+    finds accurate networks proposes)."""
+    masked = np.flatnonzero(suite.feasible)
+    over = suite.measured_ms > suite.budget_ms * (1 + 1e-9)
+    accurate = masked[np.argsort(-suite.accuracy[masked], kind="stable")[: max(1, round(top * len(masked)))]]
+    return {"mask_over_budget_measured_share": float(over[masked].mean()),
+            "accurate_over_budget_measured_share": float(over[accurate].mean())}
+
+
 def summarise(sequence: list[int], suite: Suite, max_trials: int, decide_s: float, learn_s: float,
               judge: str = "measured") -> dict[str, Any]:
     """The figures of one run from its trials in order (rows of the suite), judged as ``judge`` says;
@@ -426,6 +439,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         suites[s]["budget_ms"] = get_suite(s).budget_ms
         suites[s]["feasible"] = int(get_suite(s).feasible.sum())
         suites[s]["delta_oracle_regret"] = delta_oracle_regret(get_suite(s), PPOConfig.from_dict(ppo).delta, args.judge)
+        suites[s].update(over_budget_shares(get_suite(s)))
     if args.out:
         Path(args.out).write_text(json.dumps(suites, indent=1))
     out = {"seeds": args.seeds, "judge": args.judge, "ppo_options": {**ppo}, "suites": suites, **headline(suites)}

@@ -11,7 +11,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from nb201 import Suite
-from search_efficiency import aggregate, delta_oracle_regret, headline, summarise
+from search_efficiency import (
+    aggregate,
+    delta_oracle_regret,
+    headline,
+    over_budget_shares,
+    summarise,
+)
 
 
 def toy_suite() -> Suite:
@@ -56,3 +62,9 @@ def test_the_delta_oracle_proposes_only_what_the_tables_errors_let_fit_with_prob
     figures = headline({"toy": {"ppo": ppo, "random_feasible": masked, "delta_oracle_regret": 10.0}})
     assert figures["regret100_ratio_vs_delta_oracle"] == pytest.approx(1.0)
     assert figures["delta_oracle_regret_ratio_vs_masked_random"] == pytest.approx(10.0 / 0.01)  # random found b
+
+
+def test_the_most_accurate_mask_feasible_networks_can_overrun_more_often_than_the_mask() -> None:
+    suite = toy_suite()  # mask-feasible: a (90, measured over), b (80), c (70)
+    shares = over_budget_shares(suite, top=0.34)  # the most accurate third: a
+    assert shares == {"mask_over_budget_measured_share": pytest.approx(1 / 3), "accurate_over_budget_measured_share": 1.0}

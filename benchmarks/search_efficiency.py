@@ -205,6 +205,11 @@ class RandomFeasible(Tuner):
         pass
 
 
+def judged(suite: Suite, judge: str) -> tuple[np.ndarray, float]:
+    """Which networks count as feasible, and the best feasible accuracy: as measured or by the model."""
+    return (suite.feasible_measured, suite.best_measured) if judge == "measured" else (suite.feasible, suite.best)
+
+
 def search_space(suite: Suite, kind: str = "choice") -> dict[str, Any]:
     return {label: {"_type": kind, "_value": list(values)} for label, values in suite.choices.items()}
 
@@ -216,8 +221,7 @@ def run(tuner: Any, suite: Suite, max_trials: int, judge: str = "measured") -> d
     # NNI's evolution and PPO tuners take layer_choice parameters, not choice
     layer = isinstance(tuner, RegularizedEvolutionTuner) or type(tuner).__module__.startswith("nni.algorithms.hpo.ppo")
     tuner.update_search_space(search_space(suite, "layer_choice" if layer else "choice"))
-    feasible, best = (suite.feasible_measured, suite.best_measured) if judge == "measured" else (suite.feasible,
-                                                                                                suite.best)
+    feasible, best = judged(suite, judge)
     sequence: list[int] = []
     decide = learn = 0.0
     for trial in range(max_trials):
@@ -263,8 +267,7 @@ def delta_oracle_regret(suite: Suite, delta: float, judge: str = "measured") -> 
     errors = np.sort(np.log(suite.measured_ms / suite.model_ms))
     gap = np.log(suite.budget_ms * (1 + 1e-9)) - np.log(suite.model_ms)
     over = 1.0 - np.searchsorted(errors, gap, side="right") / len(errors)
-    feasible, best = (suite.feasible_measured, suite.best_measured) if judge == "measured" else (suite.feasible,
-                                                                                                suite.best)
+    feasible, best = judged(suite, judge)
     allowed = (over <= delta) & feasible
     return best - float(suite.accuracy[allowed].max()) if allowed.any() else best
 
@@ -274,7 +277,7 @@ def over_budget_shares(suite: Suite, top: float = 0.05) -> dict[str, float]:
     over the mask proposes, in expectation) and the most accurate ``top`` of them (where a search that
     finds accurate networks proposes)."""
     masked = np.flatnonzero(suite.feasible)
-    over = suite.measured_ms > suite.budget_ms * (1 + 1e-9)
+    over = ~suite.feasible_measured
     accurate = masked[np.argsort(-suite.accuracy[masked], kind="stable")[: max(1, round(top * len(masked)))]]
     return {"mask_over_budget_measured_share": float(over[masked].mean()),
             "accurate_over_budget_measured_share": float(over[accurate].mean())}
@@ -284,7 +287,7 @@ def summarise(sequence: list[int], suite: Suite, max_trials: int, decide_s: floa
               judge: str = "measured") -> dict[str, Any]:
     """The figures of one run from its trials in order (rows of the suite), judged as ``judge`` says;
     the regrets of the other judgment too (``model_regret_at_*`` or ``measured_regret_at_*``)."""
-    judgments = {"measured": (suite.feasible_measured, suite.best_measured), "model": (suite.feasible, suite.best)}
+    judgments = {name: judged(suite, name) for name in ("measured", "model")}
     mask, best_value = judgments[judge]
     feasible = [bool(mask[i]) for i in sequence]
     found = next((t + 1 for t, (i, ok) in enumerate(zip(sequence, feasible, strict=False))

@@ -60,8 +60,9 @@ def test_identical_layers_are_profiled_once(monkeypatch: pytest.MonkeyPatch) -> 
 def test_merge_puts_new_rows_on_the_tables_scale(tiny_profile: Path, tmp_path: Path) -> None:
     """A table profiled when the machine was four times as slow: rows added by --merge take its scale.
 
-    The factor is large so that the machine's own drift between the two profiles (up to 2x on a
-    shared runner) cannot hide it: without the rescale the new rows would sit near 1x the old.
+    The factor is large so that the machine's own drift between the two profiles (2.3x seen on a
+    busy runner; up to 3x allowed) cannot hide it: without the rescale the new rows would sit near
+    1x the old.
     """
     full = CostTable.load(tiny_profile).frame
     leaves = full[full.kind == "leaf"]
@@ -75,7 +76,7 @@ def test_merge_puts_new_rows_on_the_tables_scale(tiny_profile: Path, tmp_path: P
     new = merged[merged.kind.eq("leaf") & ~merged.block.isin(kept.block)]
     assert len(new) == len(leaves) - len(kept)
     scale = float(new.merge_scale.iloc[0])
-    assert 0.125 < scale < 0.5, scale  # re-timed rows measure about a quarter of what the table holds
+    assert 0.25 / 3 < scale < 0.25 * 3, scale  # re-timed rows measure about a quarter of what the table holds
     ratio = (new.set_index(["block", "input_shape"]).latency_ms
              / leaves.set_index(["block", "input_shape"]).latency_ms).dropna()
     assert 2.0 < float(ratio.median()) < 8.0, ratio.describe()  # the new rows are on the old scale

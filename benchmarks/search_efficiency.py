@@ -438,11 +438,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for name, figures in result.items():
                 if isinstance(figures, dict) or name not in suites.setdefault(suite_name, {}):
                     suites[suite_name][name] = figures
+    delta = PPOConfig.from_dict(ppo).delta
     for s in names:
-        suites[s]["budget_ms"] = get_suite(s).budget_ms
-        suites[s]["feasible"] = int(get_suite(s).feasible.sum())
-        suites[s]["delta_oracle_regret"] = delta_oracle_regret(get_suite(s), PPOConfig.from_dict(ppo).delta, args.judge)
-        suites[s].update(over_budget_shares(get_suite(s)))
+        suite = get_suite(s)
+        suites[s].update(budget_ms=suite.budget_ms, feasible=int(suite.feasible.sum()),
+                         delta_oracle_regret=delta_oracle_regret(suite, delta, args.judge), **over_budget_shares(suite))
     if args.out:
         Path(args.out).write_text(json.dumps(suites, indent=1))
     out = {"seeds": args.seeds, "judge": args.judge, "ppo_options": {**ppo}, "suites": suites, **headline(suites)}

@@ -220,17 +220,18 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if "probe_drift" in table.columns and table.probe_drift.notna().any():
         figures["table"] = {"probe_drift": float(table.probe_drift.max()),
                             "share_met": float(table.met_target.fillna(False).astype(bool).mean())}
+    summary = {"n_archs": len(frame), **figures}
     # the table's own fidelity figures, beside it: a search's prior margin until trials have measured
     saved = f"{args.table}{FIDELITY_SUFFIX}"
     try:
-        write_atomically(saved, json.dumps({"n_archs": len(frame), **figures}, indent=1))
+        write_atomically(saved, json.dumps(summary, indent=1))
         where = f"fidelity figures saved to {saved} (a search's prior margin until its trials have measured)"
     except OSError as err:  # a table in a read-only place: the figures are still printed
         where = f"fidelity figures not saved beside the table ({err.strerror}: {saved})"
     for name, values in figures.items():
         print(f"{name:8s} " + "  ".join(f"{k}={v:.3f}" for k, v in values.items()))
     print(where)
-    print(json.dumps({"n_archs": len(frame), **figures}))
+    print(json.dumps(summary))
     return 0
 
 

@@ -413,3 +413,23 @@ def test_fixed_rows_and_value_types_of_a_per_choice_table() -> None:
     assert cost.memory_mb == pytest.approx(1.2 + 0.5)  # plus the largest activation
     allowed = prune_choices(model, mode="top-k", top=1).allowed
     assert allowed == {"w": [1.0], "k": [5]} and type(allowed["k"][0]) is int
+
+
+@pytest.mark.parametrize("version", ["2.0.0+cpu", None])
+def test_a_table_of_another_torch_says_why_its_leaves_are_missing(version: str | None, tmp_path: Path) -> None:
+    """Leaves are named by their module's printout: a table profiled under another torch can lack them,
+    and the error says so; under this torch it does not blame the version."""
+    from nni_hwaware.cost_model import load_space_model
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "digits_tiny_table.csv"
+    frame = CostTable.load(path).frame.copy()
+    frame["torch_version"] = version or torch.__version__
+    frame = frame[~frame.block.str.startswith("Conv2dNormActivation")]
+    stale = tmp_path / "table.csv"
+    CostTable(frame).save(stale)
+    with pytest.raises(HwAwareError) as info:
+        load_space_model(resolve_space("digits_tiny"), stale)
+    message = str(info.value)
+    assert "has no row for" in message and "\n" not in message
+    assert ("profiled under torch 2.0.0+cpu, this is torch" in message) == (version is not None)

@@ -337,6 +337,16 @@ def _network_term(frame: pd.DataFrame, leaves: SpaceLeaves) -> tuple[float, Netw
     return float(own.latency_ms.median()), NetworkTerm(1.0)
 
 
+def _version_hint(frame: pd.DataFrame) -> str:
+    """Why leaves can be missing from a table of another torch: a leaf is named by its module's
+    printout, which torch and torchvision releases change."""
+    versions = sorted({str(v) for v in frame.get("torch_version", pd.Series(dtype=str)).dropna()})
+    if not versions or torch.__version__ in versions:
+        return ""
+    return (f" (the table was profiled under torch {', '.join(versions)}, this is torch {torch.__version__}; "
+            "a leaf is named by its module's printout, which releases change)")
+
+
 def space_cost_model(leaves: SpaceLeaves, table: CostTable, *, chip: str | None = None,
                      backend: str = "torch", batch_size: int = 1, name: str = "space",
                      with_network_term: bool = True) -> SpaceCostModel:
@@ -355,8 +365,8 @@ def space_cost_model(leaves: SpaceLeaves, table: CostTable, *, chip: str | None 
         first = leaves.entries[int(np.argmax(missing))]
         raise HwAwareError(
             f"the cost table has no row for {int(missing.sum())} of the space's {len(wanted)} leaves on chip "
-            f"{chip!r} (backend {backend!r}, batch size {batch_size}), e.g. {first.block} at {first.shape_str}; "
-            "profile the space on that chip (nni-hwaware profile --space ...)")
+            f"{chip!r} (backend {backend!r}, batch size {batch_size}), e.g. {first.block} at {first.shape_str}"
+            f"{_version_hint(frame)}; profile the space on that chip (nni-hwaware profile --space ...)")
     found = rows.loc[wanted]
     metrics = {m: found[m].to_numpy(dtype=float) for m in (*ADDITIVE, "activation_mb")}
     offset, network = _network_term(frame, leaves) if with_network_term else (0.0, NetworkTerm(1.0))

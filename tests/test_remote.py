@@ -50,8 +50,9 @@ EPOCHS = 1
 WAIT_S = 240
 #: Top-level entries of a manager's checkout that are not copied (large or private): the
 #: test plants small decoys of them instead.
-NOT_COPIED = {".git", ".venv", "nni-experiments", "runs", "outputs", "lightning_logs", "data", "build", "dist"}
-DECOYS = [".venv/pyvenv.cfg", ".venv/bin/python", ".git/HEAD", "runs/digits/events.out", "outputs/found.json",
+NOT_COPIED = {".git", ".venv", ".venv-3.10", ".venv-3.13", "nni-experiments", "runs", "outputs", "lightning_logs",
+              "data", "build", "dist"}
+DECOYS = [".venv/pyvenv.cfg", ".venv/bin/python", ".venv-3.10/pyvenv.cfg", ".git/HEAD", "runs/digits/events.out", "outputs/found.json",
           "lightning_logs/version_0/metrics.csv", "data/cifar-10-batches-py/data_batch_1",
           "hwaware-outputs/trials.json", "nni_hwaware/__pycache__/decoy.cpython-311.pyc", "nnimanager.log"]
 #: What must not reach a worker: top-level directories, any-level directories, file names.

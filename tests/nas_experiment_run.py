@@ -8,6 +8,7 @@ from pathlib import Path
 
 from nni.nas.experiment import NasExperiment, NasExperimentConfig
 
+from nni_hwaware.experiment import free_port
 from nni_hwaware.spaces import BlockChoiceSpace, get_space_config
 from nni_hwaware.strategies.evaluator import hardware_evaluator
 from nni_hwaware.strategies.ppo.strategy import PPOStrategy
@@ -26,7 +27,7 @@ if __name__ == "__main__":
     experiment.config.experiment_working_directory = str(workdir)
     print(f"experiment id: {experiment.id}", flush=True)
     if resume_id:
-        experiment.resume()
+        experiment.resume(port=free_port())
     else:
-        experiment.run()
+        experiment.run(port=free_port())  # not 8080: tests run two at a time
     experiment.stop()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from nni_hwaware.cost_model import space_model
+from nni_hwaware.experiment import free_port
 from nni_hwaware.spaces.resolve import resolve_space
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +110,7 @@ def test_ppo_and_gumbel_through_nas_experiment_on_any_space(spec: str, tables: d
                                strategy, NasExperimentConfig("sequential", "raw"))
     experiment.config.max_trial_number = 2
     experiment.config.experiment_working_directory = str(tmp_path / "ppo")
-    experiment.run()
+    experiment.run(port=free_port())  # not 8080: tests run two at a time
     results = strategy.tuner.records.results
     experiment.stop()
     assert len(results) == 2 and all(0.0 <= r["default"] <= 1.0 for r in results)
@@ -127,7 +128,7 @@ def test_ppo_and_gumbel_through_nas_experiment_on_any_space(spec: str, tables: d
                                  staging=config.stages, seed=0, report=lambda record: None,
                                  reference=named.baseline(model))
     experiment = NasExperiment(named.supernet(), gumbel_evaluator(config, named, 1, tmp_path / "gumbel"), gumbel)
-    experiment.run()
+    experiment.run(port=free_port())  # not 8080: tests run two at a time
     exported = experiment.export_top_models(formatter="dict")[0]
     experiment.stop()
     arch = named.check_architecture(exported)
@@ -190,7 +191,7 @@ def test_ppo_strategy_takes_a_model_space_object(tmp_path: Path) -> None:
                                NasExperimentConfig("sequential", "raw"))
     experiment.config.max_trial_number = 2
     experiment.config.experiment_working_directory = str(tmp_path / "exp")
-    experiment.run()
+    experiment.run(port=free_port())  # not 8080: tests run two at a time
     results = strategy.tuner.records.results
     experiment.stop()
     assert len(results) == 2 and all(set(r["arch"]) == {"width", "op", "depth"} for r in results)

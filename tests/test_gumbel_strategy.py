@@ -15,6 +15,7 @@ from pytorch_lightning import Callback
 
 from nni_hwaware.cost_table import CostModel
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.experiment import free_port
 from nni_hwaware.nni_fixes import forward_masks
 from nni_hwaware.spaces import BlockChoiceSpace
 from nni_hwaware.spaces.io import load_architecture
@@ -248,7 +249,7 @@ def test_nas_experiment_runs_the_strategy(tmp_path: Path, monkeypatch: pytest.Mo
     experiment = NasExperiment(BlockChoiceSpace(config.to_dict()), evaluator, strategy)
     experiment.config.experiment_working_directory = str(tmp_path / "nni-experiments")
     try:
-        experiment.run()
+        experiment.run(port=free_port())  # not 8080: tests run two at a time
     finally:
         experiment.stop()
     assert experiment.export_top_models(formatter="dict") == [strategy.export_architecture()]

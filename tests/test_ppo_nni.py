@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from nni_hwaware.cost_model import profile_space
+from nni_hwaware.experiment import free_port
 from nni_hwaware.spaces import get_space_config
 
 pytestmark = pytest.mark.slow
@@ -40,7 +41,7 @@ def test_strategy_under_nas_experiment(table: Path, tmp_path: Path) -> None:
     experiment.config.max_trial_number = 4
     experiment.config.experiment_working_directory = str(tmp_path)
     try:
-        experiment.run()
+        experiment.run(port=free_port())  # not 8080: tests run two at a time
     finally:
         experiment.stop()
     search = strategy.tuner.search

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import yaml
+
 from nni_hwaware.cost_table import CostTable, profile_entries
 from nni_hwaware.spaces import SpaceConfig, StageConfig
 
@@ -47,3 +52,31 @@ def tiny_table(chip: str = "chipA", scale: float = 1.0) -> CostTable:
             "profiled_at": "2026-11-29", "device": "cpu", "providers": "",
         })
     return CostTable.from_records(records)
+
+
+def tiny_files(tmp_path: Path) -> tuple[Path, Path]:
+    """The two-layer space and its hand-made table, written into ``tmp_path``."""
+    space = tmp_path / "tiny_space.json"
+    space.write_text(tiny_config().to_json())
+    table = tmp_path / "tiny_table.csv"
+    tiny_table().save(table)
+    return space, table
+
+
+def tiny_gumbel_config(tmp_path: Path, space: Path, table: Path, *, search: dict[str, Any] | None = None,
+                       retrain: dict[str, Any] | None = None) -> Path:
+    """A one-epoch-per-stage Gumbel search of the two-layer space (``out``: ``tmp_path / "run"``), written to
+    ``tmp_path / "gumbel.yml"``; ``search`` and ``retrain`` replace those sections."""
+    config = {
+        "space": str(space), "seed": 0, "out": str(tmp_path / "run"),
+        "cost": {"table": str(table), "repeats": 1},
+        "penalty": {"alpha": 20.0, "gamma": 0.0},
+        "temperature": {"init": 1.0, "min": 1.0, "hard": True},
+        "stages": {"split": 1, "order": ["upper", "lower"], "max_epochs": 1, "min_epochs": 1},
+        "search": search if search is not None else {"threads": 1, "arc_lr": 0.1, "accelerator": "cpu"},
+        "retrain": retrain if retrain is not None else {"epochs": 2},
+        "sweep": {"alphas": [0.0]},
+    }
+    path = tmp_path / "gumbel.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
-from handmade import tiny_config, tiny_table
+from handmade import tiny_config, tiny_files, tiny_gumbel_config
 from torch import nn
 
 from nni_hwaware.cli import main
@@ -126,22 +125,9 @@ def test_onnxruntime_on_cuda_runs_or_says_what_to_install() -> None:
 
 def test_gumbel_search_on_the_gpu_retrains_on_it_and_exports(tmp_path: Path) -> None:
     """The default accelerator ('auto') searches on the GPU; the retraining runs on CUDA too."""
-    space = tmp_path / "tiny_space.json"
-    space.write_text(tiny_config().to_json())
-    table = tmp_path / "tiny_table.csv"
-    tiny_table().save(table)
-    config = {
-        "space": str(space), "seed": 0, "out": str(tmp_path / "run"),
-        "cost": {"table": str(table), "repeats": 1},
-        "penalty": {"alpha": 20.0, "gamma": 0.0},
-        "temperature": {"init": 1.0, "min": 1.0, "hard": True},
-        "stages": {"split": 1, "order": ["upper", "lower"], "max_epochs": 1, "min_epochs": 1},
-        "search": {"threads": 1, "arc_lr": 0.1},  # accelerator: auto
-        "retrain": {"epochs": 1, "device": "cuda"},
-        "sweep": {"alphas": [0.0]},
-    }
-    path = tmp_path / "gumbel.yml"
-    path.write_text(yaml.safe_dump(config))
+    space, table = tiny_files(tmp_path)
+    path = tiny_gumbel_config(tmp_path, space, table, search={"threads": 1, "arc_lr": 0.1},  # accelerator: auto
+                              retrain={"epochs": 1, "device": "cuda"})
     assert main(["search", "gumbel", "--config", str(path)]) == 0
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())

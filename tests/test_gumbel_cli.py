@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from handmade import tiny_config, tiny_table
+from handmade import tiny_files, tiny_gumbel_config
 
 from nni_hwaware.cli import main
 from nni_hwaware.report import ModelResult
@@ -15,33 +14,9 @@ from nni_hwaware.report import ModelResult
 pytestmark = pytest.mark.slow
 
 
-def _files(tmp_path: Path) -> tuple[Path, Path]:
-    space = tmp_path / "tiny_space.json"
-    space.write_text(tiny_config().to_json())
-    table = tmp_path / "tiny_table.csv"
-    tiny_table().save(table)
-    return space, table
-
-
-def _config(tmp_path: Path, space: Path, table: Path) -> Path:
-    config = {
-        "space": str(space), "seed": 0, "out": str(tmp_path / "run"),
-        "cost": {"table": str(table), "repeats": 1},
-        "penalty": {"alpha": 20.0, "gamma": 0.0},
-        "temperature": {"init": 1.0, "min": 1.0, "hard": True},
-        "stages": {"split": 1, "order": ["upper", "lower"], "max_epochs": 1, "min_epochs": 1},
-        "search": {"threads": 1, "arc_lr": 0.1, "accelerator": "cpu"},
-        "retrain": {"epochs": 2},
-        "sweep": {"alphas": [0.0]},
-    }
-    path = tmp_path / "gumbel.yml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def test_search_gumbel_then_retrain_then_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    space, table = _files(tmp_path)
-    config = _config(tmp_path, space, table)
+    space, table = tiny_files(tmp_path)
+    config = tiny_gumbel_config(tmp_path, space, table)
     assert main(["search", "gumbel", "--config", str(config), "--set", "retrain.epochs=1"]) == 0
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
@@ -76,8 +51,8 @@ def test_search_gumbel_then_retrain_then_report(tmp_path: Path, capsys: pytest.C
 
 
 def test_bad_input_is_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    space, table = _files(tmp_path)
-    config = _config(tmp_path, space, table)
+    space, table = tiny_files(tmp_path)
+    config = tiny_gumbel_config(tmp_path, space, table)
     assert main(["search", "gumbel", "--config", str(config), "--set", "penalty.alpha=-1"]) == 2
     assert "penalty alpha must be >= 0, got -1" in capsys.readouterr().err
     assert main(["search", "gumbel", "--config", str(config), "--set", "cost.chip=chipB"]) == 2

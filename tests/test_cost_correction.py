@@ -266,14 +266,18 @@ def test_the_risk_spent_is_saved_and_restored_with_the_search_state() -> None:
     assert search.risk and all(0.0 <= p <= 1.0 for p in search.risk.values())
 
 
+@pytest.mark.parametrize("rounding", [0.0, 1e-15], ids=["exact", "float-rounding"])
 @pytest.mark.parametrize("local", [False, True], ids=["conformal", "gp"])
-def test_a_chip_the_table_predicts_exactly_gets_no_margin_and_a_network_at_the_limit_fits(local: bool) -> None:
-    # discrete latencies (an accelerator's cycle counts) and a budget set at one of them
-    rng = np.random.default_rng(0)
+def test_a_chip_the_table_predicts_exactly_gets_no_margin_and_a_network_at_the_limit_fits(
+        local: bool, rounding: float) -> None:
+    # discrete latencies (an accelerator's cycle counts) and a budget set at one of them; a table
+    # fitted by least squares reproduces them up to float rounding
+    rng, rounding_rng = np.random.default_rng(0), np.random.default_rng(1)
     correction = CostCorrection([VALUES] * LABELS, delta=0.1, local=local)
     for _ in range(30):
         key = tuple(int(j) for j in rng.integers(VALUES, size=LABELS))
-        correction.add(key, {"latency_ms": predicted(key)}, {"latency_ms": predicted(key)})
+        wobble = 1.0 + rounding * float(rounding_rng.uniform(-1, 4))
+        correction.add(key, {"latency_ms": predicted(key)}, {"latency_ms": predicted(key) * wobble})
     edge = (2,) * LABELS
     limit = predicted(edge)
     assert correction.bound("latency_ms", edge, limit) <= limit * (1 + 1e-9)

@@ -307,7 +307,9 @@ class CostCorrection:
             return prior
         # the leave-one-out residuals' own distribution (a kernel estimate: skewed, heavy-tailed errors
         # stay so), pooled with the normal of the pooled spread as _PRIOR_PAIRS pairs
-        width = max(spread * len(loo) ** -0.2, 1e-3)
+        # no absolute floor: a chip the table predicts up to float rounding has no spread, and a network
+        # at the budget fits (a floor of 1e-3 put a risk of 0.5 on every network at the limit)
+        width = max(spread * len(loo) ** -0.2, 1e-12)
         empirical = ndtr((loo[None, :] - gap[:, None]) / width).mean(axis=1)
         return (_PRIOR_PAIRS * prior + len(loo) * empirical) / (_PRIOR_PAIRS + len(loo))
 

@@ -215,6 +215,38 @@ def test_normal_scores_are_rank_based_and_the_surrogate_interpolates() -> None:
     assert ei[2] > ei[1] > ei[0] > 0
 
 
+def test_the_surrogate_extrapolates_a_trend_in_the_predicted_costs_beyond_the_architectures_tried() -> None:
+    """Accuracy grows with compute; only cheap architectures are tried, none with the costliest value.
+    With the table's costs as features, the costliest architecture is predicted above every result;
+    the Hamming kernel alone, which knows nothing of a value never tried, predicts it below."""
+    keys = np.asarray(list(itertools.product(range(4), repeat=5)))
+    compute = keys.sum(axis=1).astype(float)[:, None]  # each value costs its index: FLOPs-like
+    top = np.asarray([[3] * 5])
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        tried = rng.choice(np.flatnonzero(keys.max(axis=1) <= 2), 40, replace=False)
+        targets = (compute[tried, 0] - compute[tried, 0].mean()) / compute[tried, 0].std()
+        targets += rng.normal(0, 0.1, len(tried))
+        centre, spread = compute[tried].mean(axis=0), compute[tried].std(axis=0)
+        with_trend = HammingGP(5)
+        with_trend.fit(keys[tried], targets, (compute[tried] - centre) / spread)
+        assert with_trend.trend == 1.0
+        assert with_trend.predict(top, (compute[-1:] - centre) / spread)[0][0] > targets.max()
+        alone = HammingGP(5)
+        alone.fit(keys[tried], targets)
+        assert alone.trend == 0.0 and alone.predict(top)[0][0] < targets.max()
+
+
+def test_the_search_gives_the_surrogate_the_tables_predictions_as_features(model: CostModel) -> None:
+    search = PPOSearch(model, Budget(latency_ms=3.0), PPOConfig(seed=0))
+    keys = np.asarray([search.actions_of(dict(zip(["layer1_0", "layer2_0"], pair, strict=True)))
+                       for pair in itertools.product(LAT1, LAT2)])
+    features = search._trend_features(keys)
+    assert features.shape == (9, 3) and np.isfinite(features).all()
+    np.testing.assert_allclose(np.exp(features[:, 0]), [search.predicted(tuple(k))["latency_ms"] for k in keys])
+    assert PPOSearch(model, Budget(latency_ms=3.0), PPOConfig(seed=0, trend=False)).surrogate.features is None
+
+
 def _additive_toy() -> tuple[np.ndarray, SpaceCostModel, Budget]:
     """6 labels x 5 values (NB201-like), a reward additive per label, a latency budget."""
     rng = np.random.default_rng(3)

@@ -68,6 +68,11 @@ class PPOConfig:
     surrogate: str = "gp"
     """'gp' (a Gaussian process with a Hamming kernel; expected improvement picks the sample)
     or 'none' (the policy's first fresh sample is proposed)."""
+    trend: bool = True
+    """The surrogate's kernel adds a linear kernel on what the table predicts of each architecture
+    (the logs of its latency, FLOPs and parameters), its weight (0 or 1) chosen by marginal
+    likelihood with the length scale and noise: where accuracy grows with compute, the surrogate
+    extrapolates it to architectures far from those tried (False: the Hamming kernel alone)."""
     local_best: int = 4
     """The best architectures so far whose one-label neighbours (those within budget) join the
     screened pool when no draw promises an improvement (``local_ei``; 0: never)."""

@@ -126,7 +126,7 @@ class PPOSearch:
         self.optimizer = (torch.optim.Adam if self.config.optimizer == "adam" else torch.optim.SGD)(
             self.policy.parameters(), lr=self.config.lr)
         self.generator = torch.Generator().manual_seed(self.config.seed)
-        self.surrogate = Surrogate(self.n_layers)
+        self.surrogate = Surrogate(self.n_layers, self._trend_features if c.trend else None)
         self.pending: dict[tuple[int, ...], _Episode] = {}
         self.finished: list[_Episode] = []
         self.history = _History()
@@ -447,6 +447,13 @@ class PPOSearch:
         keys = self.history.order
         scores = normalise(np.asarray([self.history.rewards[k] for k in keys], dtype=float), self.config.reward_norm)
         return dict(zip(keys, map(float, scores), strict=True))
+
+    def _trend_features(self, keys: np.ndarray) -> np.ndarray:
+        """What the table predicts of each architecture, as the accuracy surrogate's linear features:
+        the logs of its latency, FLOPs and parameters."""
+        rows = [self.predicted(tuple(int(j) for j in k)) for k in keys]
+        return np.log(np.asarray([[r["latency_ms"], r["flops"] + 1.0, r["params"] + 1.0] for r in rows], dtype=float)
+                      .clip(min=1e-12))
 
     def _fit_surrogate(self) -> None:
         if self.config.surrogate == "gp":

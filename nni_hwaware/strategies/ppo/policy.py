@@ -226,12 +226,12 @@ class Surrogate:
         values = np.asarray([rewards[k] for k in keys], dtype=float)
         self.targets = normalise(values, "rank" if rank else "zscore")
         x = np.asarray(keys, dtype=np.int64)
+        h = None
         if self.features is not None:
             raw = self.features(x)
             std = raw.std(axis=0)
-            keep = std > 1e-12
-            self._centre = (raw.mean(axis=0), np.where(keep, std, np.inf))
-        h = self._h(x)
+            self._centre = (raw.mean(axis=0), np.where(std > 1e-12, std, np.inf))  # a constant feature drops out
+            h = (raw - self._centre[0]) / self._centre[1]
         if len(keys) <= 200 or len(keys) % 25 == 0:
             self.gp.fit(x, self.targets, h)  # length scale and noise by marginal likelihood
         else:

@@ -31,7 +31,8 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | T | None, what: str, *,
         return data
     if not isinstance(data, Mapping):
         raise HwAwareError(f"{what} must be a mapping, got {type(data).__name__}")
-    allowed = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    kinds = {f.name: f.type for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    allowed = list(kinds)
     stray = sorted(set(data) - set(allowed))
     if stray:
         raise HwAwareError(f"unknown {what} {stray}; allowed: {sorted(allowed)}")
@@ -42,6 +43,9 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | T | None, what: str, *,
             value = build(value)
         elif isinstance(value, list):
             value = tuple(value)
+        if kinds[name] in ("bool", bool) and not isinstance(value, bool):
+            # a string such as "no" or "false" would otherwise read as True
+            raise HwAwareError(f"{what}: {name} must be true or false, got {value!r}")
         values[name] = value
     try:
         return cls(**values)

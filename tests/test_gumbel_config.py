@@ -105,6 +105,15 @@ def test_unknown_keys_are_rejected_with_the_allowed_ones() -> None:
         GumbelSearchConfig.from_dict({"retrain": {"epoch": 3}})
 
 
+def test_a_switch_given_as_a_string_is_an_error_not_true() -> None:
+    # YAML's `checkpoint: "false"` or `hard: no` (quoted) would otherwise read as True
+    with pytest.raises(HwAwareError, match=r"search options: checkpoint must be true or false, got 'false'"):
+        GumbelSearchConfig.from_dict({"search": {"checkpoint": "false"}})
+    with pytest.raises(HwAwareError, match=r"baseline must be true or false, got 1"):
+        GumbelSearchConfig.from_dict({"baseline": 1})
+    assert GumbelSearchConfig.from_dict({"temperature": {"hard": False}}).temperature.hard is False
+
+
 def test_nested_values_are_validated_at_construction() -> None:
     with pytest.raises(HwAwareError, match="penalty beta must be > 0"):
         GumbelSearchConfig.from_dict({"penalty": {"beta": 0}})

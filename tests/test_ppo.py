@@ -295,6 +295,13 @@ def test_bad_options_are_one_line_errors(options: dict, message: str) -> None:
         PPOConfig.from_dict(options)
 
 
+@pytest.mark.parametrize("option", ["trend", "correct", "margin", "cost_features"])
+def test_a_ppo_switch_given_as_a_string_is_a_one_line_error(option: str) -> None:
+    with pytest.raises(HwAwareError, match=f"PPO options: {option} must be true or false, got 'no'"):
+        PPOConfig.from_dict({option: "no"})
+    assert getattr(PPOConfig.from_dict({option: False}), option) is False
+
+
 def test_single_episode_updates_with_masked_values_stay_finite(model: CostModel) -> None:
     """Masked values once made torch's entropy gradient NaN (float minimum x 0, scaled by the floor)."""
     search = PPOSearch(model, Budget(latency_ms=3.0), PPOConfig(seed=0, replay_best=0, update_every=1, screen=1))

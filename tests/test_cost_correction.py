@@ -97,10 +97,11 @@ def _run(seed: int, correct: bool, trials: int = 60) -> tuple[PPOSearch, list[bo
 def test_a_search_that_learns_from_measurements_stays_within_the_budget_as_measured(seed: int) -> None:
     trusting, over_trusting = _run(seed, correct=False)
     learning, over_learning = _run(seed, correct=True)
-    # the table under-predicts by 1.3x: trusting it, most proposals are over budget on the chip
-    assert np.mean(over_trusting[20:]) > 0.5
+    # the table under-predicts by 1.3x: trusting it, many proposals are over budget on the chip (fewer than
+    # half: each one is a failure to the policy, which learns to draw cheaper networks)
+    assert np.mean(over_trusting[20:]) >= 0.15
     # learning from the first results, later proposals hold as measured (delta = 0.1, with noise)
-    assert np.mean(over_learning[20:]) <= 0.15
+    assert np.mean(over_learning[20:]) <= min(0.15, np.mean(over_trusting[20:]) / 3)
     assert learning.correction.summary()["latency_ms"]["scale"] == pytest.approx(SCALE, rel=0.1)
     # best() never names a network measured over budget
     for search in (trusting, learning):
@@ -108,6 +109,23 @@ def test_a_search_that_learns_from_measurements_stays_within_the_budget_as_measu
         if best is not None:
             assert search.measured_within(search.actions_of(best[0]))
     assert learning.measured_over_budget() == sum(over_learning)
+
+
+@pytest.mark.parametrize("correct", [False, True])
+def test_a_result_measured_over_budget_is_a_failure_to_the_policy_and_the_surrogate(correct: bool) -> None:
+    """A trial over the budget on the chip still reports its accuracy; the search must not chase it."""
+    search = PPOSearch(toy_model(), Budget(latency_ms=10.0), PPOConfig(seed=0, correct=correct, failure_reward=-1.0))
+    largest = {f"l{i}": "v3" for i in range(LABELS)}  # 8.9 ms by the table: within the budget
+    assert search.tell(largest, {"default": 0.9, "latency_ms": 10.5}) == -1.0  # accurate, but over as measured
+    key = search.actions_of(largest)
+    assert search.history.rewards[key] == -1.0
+    other = search.ask()
+    assert search.tell(other, {"default": 0.3, "latency_ms": 1.0}) == 0.3
+    assert search.tell(search.ask(), {"default": 0.2}) == 0.2  # nothing measured: judged by the table
+    # the surrogate learns the failure: the over-budget network is its worst result, not its best
+    order = search.history.order
+    assert search.surrogate.targets[order.index(key)] == search.surrogate.targets.min()
+    assert search.best() == (other, 0.3)
 
 
 def test_best_is_none_when_every_result_was_measured_over_budget_and_the_search_stops_with_one_line() -> None:

@@ -52,7 +52,7 @@ class PPOConfig:
     """T of the MnasNet reward (default: the latency budget)."""
     mnas_w: float = -0.07
     failure_reward: float = 0.0
-    """Reward of a trial that failed or reported NaN."""
+    """Reward of a trial that failed, reported NaN, or measured its network over the budget."""
     reward_norm: str = "rank"
     """What the policy learns from: 'rank' (normal scores of the rewards' ranks among all results),
     'zscore' (standardised rewards) or 'raw' (the rewards, advantages normalised per batch, as

@@ -22,7 +22,8 @@ settled and the best may be one label away, where its draws rarely land), the
 neighbours of the best architectures join the pool. When no fresh
 sample turns up, the draws become uniform, and a feasible set small enough to
 list is searched directly: a proposal is refused only when every feasible
-architecture is tried or in flight. A failed trial gets ``failure_reward``.
+architecture is tried or in flight. A failed trial gets ``failure_reward``, as does one whose
+measured costs are over the budget (its accuracy is no reward: the network does not fit the chip).
 
 With ``correct`` (the default) the table is a prior: the costs each result measured fit a
 correction (:mod:`~nni_hwaware.strategies.correction`), a draw must fit the budget by its
@@ -409,7 +410,8 @@ class PPOSearch:
 
     # -- results -----------------------------------------------------------------
     def tell(self, arch: Mapping[str, str], metrics: Mapping[str, float] | None) -> float:
-        """Record the result of ``arch`` (``None`` or a NaN value: failed); returns its reward."""
+        """Record the result of ``arch`` (``None`` or a NaN value: failed; measured over the budget: failed
+        too, whatever it reported); returns its reward."""
         with fixed_threads(1):
             return self._tell(arch, metrics)
 
@@ -420,8 +422,11 @@ class PPOSearch:
             value = reward_of(metrics, self.config, self.budget)
             if math.isfinite(value):
                 reward = value
-        if metrics is not None:
             self._learn_costs(key, metrics)
+            if not self.measured_within(key):
+                # Over the budget as measured: a failure, whatever accuracy it reported (else the policy
+                # and the surrogate learn to chase networks that do not fit the chip).
+                reward = self.config.failure_reward
         episode = self.pending.pop(key, None)
         if episode is None:  # a result we did not propose (resume, warm start): replay it
             episode = self._replay(key)

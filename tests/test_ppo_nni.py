@@ -50,7 +50,11 @@ def test_strategy_under_nas_experiment(table: Path, tmp_path: Path) -> None:
         assert record["predicted_latency_ms"] == pytest.approx(strategy.tuner.model.predict(record["arch"]).latency_ms)
         assert record["latency_ms"] > 0 and record["latency_ms"] != record["predicted_latency_ms"]  # measured here
         assert record["latency_ratio"] > 0  # against the space's reference network, in the same rounds
-    assert all(0.0 < reward <= 1.0 for reward in search.history.rewards.values())
+    for key, reward in search.history.rewards.items():
+        # its accuracy, or the failure reward where it measured over the budget (at 100 % of the
+        # reference, a network timed a little slower than the table says is over)
+        assert 0.0 < reward <= 1.0 if search.measured_within(key) else reward == search.config.failure_reward
+    assert any(reward > 0.0 for reward in search.history.rewards.values())
     state = strategy.state_dict()
     assert len(state["ppo"]["history"]) == 4
     assert "PPOStrategy(space='digits_tiny'" in repr(strategy)

@@ -117,11 +117,11 @@ class HammingGP:
         distance = self._distance(self.x, self.x)
         linear = self._linear(self.h, self.h)
         best = -math.inf
-        for trend in self.TRENDS if linear is not None else (0.0,):
-            for scale in self.SCALES:
-                base = torch.exp(-scale * distance / self.n_labels)
-                if trend:
-                    base = base + trend * linear
+        trends = self.TRENDS if linear is not None else (0.0,)
+        for scale in self.SCALES:
+            hamming = torch.exp(-scale * distance / self.n_labels)  # once per scale, whatever the trend
+            for trend in trends:
+                base = hamming + trend * linear if trend else hamming
                 for noise in self.NOISES:
                     solved = self._solve(base, noise, target)
                     if solved is None:

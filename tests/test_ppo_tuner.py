@@ -242,6 +242,21 @@ def test_a_search_whose_trials_all_fail_stops_with_an_error(tmp_path) -> None:
     assert dispatcher.errors == ["nni-hwaware: the first 5 search trials all failed; see their trial.stderr"]
 
 
+def test_a_search_whose_trials_all_fail_gives_one_reason_whichever_call_settles_it(tmp_path) -> None:
+    """NNI handles results and trial ends on two threads: the retraining trial's request can come after the
+    fifth failure is in but before its result's call has stopped the experiment; it gives the same line."""
+    dispatcher = _Dispatcher()
+    tuner = _tuner(tmp_path, ppo={"seed": 5}, search_trials=5, retrain={"epochs": 1})
+    params = tuner.generate_multiple_parameters(list(range(5)), st_callback=dispatcher.send_trial)
+    for i, p in enumerate(params):
+        try:
+            tuner.receive_trial_result(i, p, {"default": float("nan")})
+        except HwAwareError:
+            assert i == 4
+    with pytest.raises(HwAwareError, match="^the first 5 search trials all failed; see their trial.stderr$"):
+        tuner._session().retrain_parameters()
+
+
 def test_the_tuner_writes_the_report_from_the_retraining_trials_answer(tmp_path, monkeypatch) -> None:
     from nni_hwaware.training import ModelResult
     from nni_hwaware.trial.run import retrain_metrics

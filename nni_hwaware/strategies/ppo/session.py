@@ -144,6 +144,7 @@ class SearchSession:
         """The last trial: the search history, the baseline and its predicted costs, the retraining options."""
         from nni_hwaware.trial.parameters import RetrainJob
 
+        self._raise_if_all_failed()  # the same line as the result that settled it, whichever thread gets here first
         if not any(r.get("status") != "failed" for r in self.records.results):
             raise SearchFailed("every search trial failed; nothing to retrain")
         self.records.retrain_sent = True
@@ -220,6 +221,9 @@ class SearchSession:
     def _after_event(self) -> None:
         self._settle_dead()
         self._save()
+        self._raise_if_all_failed()
+
+    def _raise_if_all_failed(self) -> None:
         if self.records.all_failed():
             raise SearchFailed(f"the first {ALL_FAILED_AFTER} search trials all failed; see their trial.stderr")
 

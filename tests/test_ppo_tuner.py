@@ -253,7 +253,7 @@ def test_a_search_whose_trials_all_fail_gives_one_reason_whichever_call_settles_
             tuner.receive_trial_result(i, p, {"default": float("nan")})
         except HwAwareError:
             assert i == 4
-    with pytest.raises(HwAwareError, match="^the first 5 search trials all failed; see their trial.stderr$"):
+    with pytest.raises(HwAwareError, match=r"^the first 5 search trials all failed; see their trial\.stderr$"):
         tuner._session().retrain_parameters()
 
 

@@ -67,12 +67,22 @@ ways. Each fix here has a test in ``tests/test_nni_fixes.py`` that fails without
     trial's result with ``''`` as its parameters. It happens whenever two trials end
     in one poll and the tuner can give only one more (e.g. the retraining must wait).
     :func:`fix_no_more_trial_packing` makes "no more" use the first id not answered.
+13. NNI 3.0's dispatcher calls a tuner from two threads: every trial's end
+    (``Tuner.trial_end``) goes to the assessor's command queue, whose worker thread
+    runs beside the one that asks for trials and hands in results
+    (``MsgDispatcherBase.enqueue_command``), so a tuner's calls overlap. The PPO
+    tuner's would change the search state from two threads at once (a policy update
+    under way while a trial end settles a failure, the all-failed check read on one
+    thread and the retraining request on the other). :func:`serialized_tuner` makes
+    every call NNI makes of a tuner class hold one lock of its instance.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+import threading
 import warnings
 from collections.abc import Callable
 from importlib import metadata
@@ -91,6 +101,7 @@ __all__ = [
     "outer_trial_reporter",
     "register_shape_formulas",
     "report_experiment_error",
+    "serialized_tuner",
     "supervise_trial",
 ]
 
@@ -422,3 +433,27 @@ def fix_no_more_trial_packing() -> None:
     if md.MsgDispatcher.handle_request_trial_jobs is not _handle_request_trial_jobs:
         _NNI_REQUEST_HANDLER = md.MsgDispatcher.handle_request_trial_jobs
         md.MsgDispatcher.handle_request_trial_jobs = _handle_request_trial_jobs
+
+
+# -- 13. a tuner's calls come from two of NNI's threads --------------------------------
+
+#: The Tuner methods NNI's dispatcher calls (and the tuner's state, which a strategy reads).
+TUNER_CALLS = ("update_search_space", "generate_parameters", "generate_multiple_parameters",
+               "receive_trial_result", "trial_end", "import_data", "state_dict")
+
+
+def serialized_tuner(cls: type) -> type:
+    """Make each of :data:`TUNER_CALLS` that ``cls`` defines hold one re-entrant lock of the instance (fix 13)."""
+    for name in TUNER_CALLS:
+        method = cls.__dict__.get(name)
+        if method is None:
+            continue
+
+        @functools.wraps(method)
+        def locked(self: Any, *args: Any, _method: Callable[..., Any] = method, **kwargs: Any) -> Any:
+            # dict.setdefault is atomic: two threads that both find no lock get the same one
+            with self.__dict__.setdefault("_nni_calls_lock", threading.RLock()):
+                return _method(self, *args, **kwargs)
+
+        setattr(cls, name, locked)
+    return cls

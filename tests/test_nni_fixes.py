@@ -340,3 +340,52 @@ def test_fix_12_is_applied_when_the_tuner_is_imported() -> None:
     import nni_hwaware.strategies.ppo.tuner  # noqa: F401
 
     assert md.MsgDispatcher.handle_request_trial_jobs is nni_fixes._handle_request_trial_jobs
+
+
+def test_fix_13_nni_calls_the_tuner_from_two_threads_and_the_tuner_takes_them_one_at_a_time(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    from queue import Queue
+
+    from handmade import tiny_config, tiny_table
+    from nni.runtime.msg_dispatcher_base import MsgDispatcherBase
+    from nni.runtime.tuner_command_channel import CommandType
+
+    from nni_hwaware.strategies.ppo.tuner import PPOTuner
+
+    # NNI 3.0: a trial's end goes to the assessor's queue, its result to the default one (two worker threads)
+    dispatcher = MsgDispatcherBase.__new__(MsgDispatcherBase)
+    dispatcher.default_command_queue, dispatcher.assessor_command_queue = Queue(), Queue()
+    dispatcher.enqueue_command(CommandType.TrialEnd, {"trial_job_id": "a"})
+    dispatcher.enqueue_command(CommandType.ReportMetricData, {"type": "FINAL"})
+    assert dispatcher.assessor_command_queue.qsize() == 1 and dispatcher.default_command_queue.qsize() == 1
+
+    monkeypatch.chdir(tmp_path)  # outside NNI the tuner writes to ./hwaware-outputs
+    tiny_table().save(tmp_path / "t.csv")
+    (tmp_path / "space.json").write_text(tiny_config().to_json())
+    tuner = PPOTuner(str(tmp_path / "space.json"), str(tmp_path / "t.csv"))
+    tuner.update_search_space({"layer1_0": {"_type": "choice", "_value": ["skip", "basic", "bottleneck"]},
+                               "layer2_0": {"_type": "choice", "_value": ["skip", "bottleneck"]}})
+    params = tuner.generate_parameters(0)
+    inside, release, order = threading.Event(), threading.Event(), []
+    ended = tuner.session.ended
+
+    def slow_end(*args, **kwargs):  # a trial end that takes a while (a policy update, a state save)
+        inside.set()
+        release.wait(10)
+        return ended(*args, **kwargs)
+
+    monkeypatch.setattr(tuner.session, "ended", slow_end)
+    end = threading.Thread(target=lambda: (tuner.trial_end(0, True), order.append("end")))
+    result = threading.Thread(target=lambda: (tuner.receive_trial_result(0, params, {"default": 0.5}),
+                                              order.append("result")))
+    end.start()
+    assert inside.wait(10)
+    result.start()
+    result.join(0.5)
+    alive = result.is_alive()  # the result waits for the trial end under way
+    release.set()
+    end.join(10)
+    result.join(10)
+    assert alive and order == ["end", "result"]
+    assert tuner.search.history.rewards  # the result was learned once the end was settled

@@ -15,7 +15,9 @@ translates NNI's calls:
   itself through the callback NNI hands to ``generate_multiple_parameters``
   (as NNI's own PPO and evolution tuners do);
 * a search whose trials all fail stops the experiment with an error
-  (:func:`~nni_hwaware.nni_fixes.report_experiment_error`), not as DONE.
+  (:func:`~nni_hwaware.nni_fixes.report_experiment_error`), not as DONE;
+* NNI's calls, which come from two of its threads, run one at a time
+  (:func:`~nni_hwaware.nni_fixes.serialized_tuner`).
 
 NNI's manager gives the dispatcher 10 seconds to connect, and it builds the tuner
 first: the constructor imports nothing heavy; the work starts in
@@ -33,7 +35,7 @@ from nni.tuner import Tuner
 from nni.utils import ClassArgsValidator
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.nni_fixes import fix_no_more_trial_packing
+from nni_hwaware.nni_fixes import fix_no_more_trial_packing, serialized_tuner
 from nni_hwaware.strategies.job import SearchJob
 from nni_hwaware.strategies.ppo import workdir
 from nni_hwaware.strategies.ppo.session import NoProposal, SearchFailed, SearchSession
@@ -44,6 +46,7 @@ _logger = logging.getLogger("nni_hwaware.ppo")
 fix_no_more_trial_packing()  # NNI fix 12: this module is imported in NNI's dispatcher
 
 
+@serialized_tuner  # NNI fix 13: NNI calls trial_end on another thread than the rest
 class PPOTuner(Tuner):
     """NNI Tuner over the PPO search; arguments: :class:`SearchJob`'s fields (``classArgs``)."""
 

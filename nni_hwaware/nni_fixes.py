@@ -451,8 +451,10 @@ def serialized_tuner(cls: type) -> type:
 
         @functools.wraps(method)
         def locked(self: Any, *args: Any, _method: Callable[..., Any] = method, **kwargs: Any) -> Any:
-            # dict.setdefault is atomic: two threads that both find no lock get the same one
-            with self.__dict__.setdefault("_nni_calls_lock", threading.RLock()):
+            lock = self.__dict__.get("_nni_calls_lock")
+            if lock is None:  # the first call: dict.setdefault is atomic, so two threads get the same lock
+                lock = self.__dict__.setdefault("_nni_calls_lock", threading.RLock())
+            with lock:
                 return _method(self, *args, **kwargs)
 
         setattr(cls, name, locked)

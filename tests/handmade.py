@@ -80,3 +80,17 @@ def tiny_gumbel_config(tmp_path: Path, space: Path, table: Path, *, search: dict
     path = tmp_path / "gumbel.yml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def tiny_tuner(tmp_path: Path, **options: Any) -> Any:
+    """A :class:`PPOTuner` over :func:`tiny_config` with :func:`tiny_table`, its search space given (files in ``tmp_path``)."""
+    from nni_hwaware.strategies.ppo.tuner import PPOTuner
+
+    table = tmp_path / "t.csv"
+    tiny_table().save(table)
+    space = tmp_path / "space.json"
+    space.write_text(tiny_config().to_json())
+    tuner = PPOTuner(str(space), str(table), **options)
+    tuner.update_search_space({"layer1_0": {"_type": "choice", "_value": ["skip", "basic", "bottleneck"]},
+                               "layer2_0": {"_type": "choice", "_value": ["skip", "bottleneck"]}})
+    return tuner

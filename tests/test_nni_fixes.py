@@ -347,11 +347,9 @@ def test_fix_13_nni_calls_the_tuner_from_two_threads_and_the_tuner_takes_them_on
     import threading
     from queue import Queue
 
-    from handmade import tiny_config, tiny_table
+    from handmade import tiny_tuner
     from nni.runtime.msg_dispatcher_base import MsgDispatcherBase
     from nni.runtime.tuner_command_channel import CommandType
-
-    from nni_hwaware.strategies.ppo.tuner import PPOTuner
 
     # NNI 3.0: a trial's end goes to the assessor's queue, its result to the default one (two worker threads)
     dispatcher = MsgDispatcherBase.__new__(MsgDispatcherBase)
@@ -361,11 +359,7 @@ def test_fix_13_nni_calls_the_tuner_from_two_threads_and_the_tuner_takes_them_on
     assert dispatcher.assessor_command_queue.qsize() == 1 and dispatcher.default_command_queue.qsize() == 1
 
     monkeypatch.chdir(tmp_path)  # outside NNI the tuner writes to ./hwaware-outputs
-    tiny_table().save(tmp_path / "t.csv")
-    (tmp_path / "space.json").write_text(tiny_config().to_json())
-    tuner = PPOTuner(str(tmp_path / "space.json"), str(tmp_path / "t.csv"))
-    tuner.update_search_space({"layer1_0": {"_type": "choice", "_value": ["skip", "basic", "bottleneck"]},
-                               "layer2_0": {"_type": "choice", "_value": ["skip", "bottleneck"]}})
+    tuner = tiny_tuner(tmp_path)
     params = tuner.generate_parameters(0)
     inside, release, order = threading.Event(), threading.Event(), []
     ended = tuner.session.ended

@@ -6,7 +6,7 @@ import json
 
 import nni
 import pytest
-from handmade import tiny_config, tiny_table
+from handmade import tiny_config, tiny_table, tiny_tuner
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.budget import Budget
@@ -33,14 +33,7 @@ def arch(params: dict) -> dict:
 
 
 def _tuner(tmp_path, **kwargs) -> PPOTuner:
-    table = tmp_path / "t.csv"
-    tiny_table().save(table)
-    space = tmp_path / "space.json"
-    space.write_text(tiny_config().to_json())
-    tuner = PPOTuner(str(space), str(table), **kwargs)
-    tuner.update_search_space({"layer1_0": {"_type": "choice", "_value": ["skip", "basic", "bottleneck"]},
-                               "layer2_0": {"_type": "choice", "_value": ["skip", "bottleneck"]}})
-    return tuner
+    return tiny_tuner(tmp_path, **kwargs)
 
 
 def test_tuner_restricts_to_the_search_space_and_trusts_the_echoed_arch(tmp_path) -> None:

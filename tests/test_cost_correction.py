@@ -10,7 +10,7 @@ import pytest
 from nni_hwaware.cost_model import CostFactor, SpaceCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.budget import Budget
-from nni_hwaware.strategies.correction import CostCorrection
+from nni_hwaware.strategies.correction import CostCorrection, resolution_of
 from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
 
 LABELS, VALUES = 6, 4
@@ -302,3 +302,38 @@ def test_a_chip_the_table_predicts_exactly_gets_no_margin_and_a_network_at_the_l
     assert correction.over_probability("latency_ms", np.asarray([edge]), np.asarray([limit]), limit)[0] < 1e-4
     over = (3,) + (2,) * (LABELS - 1)
     assert correction.over_probability("latency_ms", np.asarray([over]), np.asarray([predicted(over)]), limit)[0] > 0.99
+
+
+def test_the_step_a_chip_reports_in_is_found_from_its_measurements() -> None:
+    rng = np.random.default_rng(0)
+    assert resolution_of(rng.integers(8, 40, 30).astype(float)) == 1.0  # a phone reporting whole milliseconds
+    assert resolution_of(rng.integers(8, 40, 30) * 0.5) == 0.5
+    assert resolution_of(np.round(rng.uniform(2, 6, 30), 5)) == 0.0  # five decimals: a step too fine to matter
+    assert resolution_of(np.round(rng.uniform(2, 6, 30), 2)) == 0.01
+    assert resolution_of(rng.uniform(2, 6, 30)) == 0.0  # timings read from a clock
+    assert resolution_of([12.0, 18.0, 16.0]) == 0.0  # too few to tell a step from chance
+
+
+@pytest.mark.parametrize("local", [False, True], ids=["conformal", "gp"])
+def test_a_chip_that_reports_whole_milliseconds_fits_a_network_it_reports_at_the_budget(local: bool) -> None:
+    # the table is exact, but the chip reports whole milliseconds: a network of 17.8 ms is reported as
+    # 18 and fits a budget of 18 ms, one of 18.6 ms is reported as 19 and does not
+    scale = 18.0 / predicted((2,) * LABELS)
+    rng = np.random.default_rng(0)
+    correction = CostCorrection([VALUES] * LABELS, delta=0.1, local=local)
+    for _ in range(60):
+        key = tuple(int(j) for j in rng.integers(VALUES, size=LABELS))
+        correction.add(key, {"latency_ms": scale * predicted(key)}, {"latency_ms": float(round(scale * predicted(key)))})
+
+    def over(cost: float) -> float:
+        # a network (value 2 everywhere, as measured networks around it) whose unrounded cost is ``cost``
+        return float(correction.over_probability("latency_ms", np.asarray([(2,) * LABELS]), np.asarray([cost]),
+                                                 18.0)[0])
+
+    reported_18, reported_19 = over(17.8), over(18.7)
+    assert reported_18 < 0.1 < 0.5 < reported_19
+    assert correction.bound("latency_ms", (2,) * LABELS, 17.8) <= correction.limit_as_measured("latency_ms", 18.0)
+    assert correction.summary()["latency_ms"]["resolution"] == 1.0
+    assert correction.limit_as_measured("latency_ms", 18.0) == correction.limit_as_measured("latency_ms", 18.3) == 18.5
+    # clock timings have no step: the limit is the budget itself
+    assert CostCorrection([VALUES] * LABELS).limit_as_measured("latency_ms", 18.0) == 18.0

@@ -144,6 +144,23 @@ def test_search_report_counts_trials_over_budget_as_measured_and_draws_the_calib
     assert paths["calibration"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_search_report_shows_the_correction_and_the_step_a_chip_reports_in(tmp_path: Path) -> None:
+    from nni_hwaware.report.search import write_search_report
+    from nni_hwaware.strategies.correction import CostCorrection
+
+    # a phone that reports whole milliseconds, 1.1x what the table predicts
+    correction = CostCorrection([3, 3])
+    for i in range(12):
+        key = (i % 3, i // 3 % 3)
+        predicted = 10.0 + 2 * key[0] + key[1]
+        correction.add(key, {"latency_ms": predicted}, {"latency_ms": float(round(1.1 * predicted))})
+    trials = [{"default": 0.9, "latency_ms": 12.0, "predicted_latency_ms": 11.0}]
+    markdown = write_search_report(tmp_path / "report", BASE, FOUND, trials, budget={"latency_ms": 13.0},
+                                   correction=correction.summary())["markdown"].read_text()
+    line = next(line for line in markdown.splitlines() if line.startswith("- latency_ms correction from 12 measured"))
+    assert "scale 1.08" in line and line.endswith(", measured in steps of 1")  # 1.1x, less its rounding
+
+
 def test_the_found_networks_export_check_shows_what_was_expected_of_it_beside_what_it_measured() -> None:
     from nni_hwaware.report.table import measured_markdown
 

@@ -143,7 +143,8 @@ def render_search_report(results_file: str | os.PathLike[str], out_dir: str | os
         calibration["lines"].append(
             f"{metric} correction from {fit['pairs']} measured trials: scale {fit['scale']:.3f}, spread of "
             f"log(measured / predicted) {fit['spread_before']:.3f} by the table, {fit['spread_after']:.3f} "
-            f"corrected (leave-one-out), margin {fit['margin']:.3f}")
+            f"corrected (leave-one-out), margin {fit['margin']:.3f}"
+            + (f", measured in steps of {fit['resolution']:g}" if fit.get("resolution") else ""))
     if calibration["lines"]:
         with open(paths["markdown"], "a", encoding="utf-8") as md:
             md.write("\n## Trials, predicted and measured\n\n" + "".join(f"- {line}\n" for line in calibration["lines"]))

@@ -37,6 +37,12 @@ additive table misses the interactions of a few labels, and the networks a searc
 proposes near the budget are neighbours of ones it has measured (constrained Bayesian
 optimisation's probability of feasibility, Gardner et al. 2014; Gelbart et al. 2014).
 
+A chip that reports its measurements in steps (phone benchmarks often give whole
+milliseconds) reports anything under 18.5 ms as at most 18: a budget of 18 ms holds for it.
+The step is found from the measurements (:func:`resolution_of`), and bounds and over-budget
+chances are checked against :meth:`CostCorrection.limit_as_measured`, the value a network's
+unrounded cost must reach to be reported over the limit.
+
 :meth:`CostCorrection.over_probability` gives each architecture's probability of measuring
 over a limit: the Gaussian process's where it is fitted, else a kernel estimate of the
 leave-one-out residuals' distribution (skewed or heavy-tailed errors stay so) pooled with a
@@ -66,7 +72,7 @@ if TYPE_CHECKING:
     from nni_hwaware.strategies.ppo.policy import HammingGP
 
 __all__ = ["CORRECTED", "FIDELITY_SUFFIX", "RATIO_LATENCY", "CostCorrection", "MetricCorrection", "fidelity_prior_margin",
-           "measured_costs", "on_table_scale"]
+           "measured_costs", "on_table_scale", "resolution_of"]
 
 _logger = logging.getLogger("nni_hwaware.ppo")
 
@@ -157,6 +163,8 @@ class CostCorrection:
         self.locals: dict[str, _LocalFit] = {}
         self.pairs: dict[str, list[tuple[tuple[int, ...], float, float]]] = {m: [] for m in self.metrics}
         self.fits: dict[str, MetricCorrection] = {m: MetricCorrection() for m in self.metrics}
+        #: Per metric, the step the chip reports its measurements in (0: none found; see :func:`resolution_of`).
+        self.resolutions: dict[str, float] = {m: 0.0 for m in self.metrics}
 
     # -- data -----------------------------------------------------------------------
     def add(self, indices: Sequence[int], predicted: Mapping[str, float], measured: Mapping[str, Any]) -> list[str]:
@@ -176,6 +184,19 @@ class CostCorrection:
             self._fit(metric)
         return changed
 
+    def limit_as_measured(self, metric: str, limit: float) -> float:
+        """The value the metric's unrounded cost must reach to be *reported* over ``limit``.
+
+        A chip that reports whole milliseconds reports 18 for anything under 18.5: a budget of
+        18 ms holds for it. With the reports' step ``r`` (:func:`resolution_of`), a network is
+        reported over ``limit`` when its cost reaches ``r * (floor(limit / r) + 1/2)``; without a
+        step the limit itself.
+        """
+        step = self.resolutions.get(metric, 0.0)
+        if step <= 0:
+            return limit
+        return step * (math.floor(limit / step * (1 + 1e-9)) + 0.5)
+
     def _design(self, keys: Sequence[tuple[int, ...]]) -> np.ndarray:
         offsets = np.concatenate([[1], 1 + np.cumsum(self.n_values)[:-1]]).astype(int)
         design = np.zeros((len(keys), 1 + sum(self.n_values)))
@@ -186,6 +207,7 @@ class CostCorrection:
 
     def _fit(self, metric: str) -> None:
         pairs = self.pairs[metric]
+        self.resolutions[metric] = resolution_of([m for _, _, m in pairs])
         keys = [k for k, _, _ in pairs]
         y = np.log(np.asarray([m / p for _, p, m in pairs]))
         x = self._design(keys)
@@ -293,7 +315,7 @@ class CostCorrection:
         residuals (a kernel estimate) pooled with a normal of :meth:`log_spread`."""
         keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
         predicted = np.asarray(predicted, dtype=float)
-        limit *= 1 + 1e-9  # as the budget is checked: a network measured at the limit fits
+        limit = self.limit_as_measured(metric, limit) * (1 + 1e-9)  # a network measured at the limit fits
         if metric in self.locals:
             return 1.0 - self.feasibility(metric, keys, predicted, limit)
         mean = self.fits[metric].log_factors(keys) if metric in self.fits else np.zeros(len(keys))
@@ -324,7 +346,7 @@ class CostCorrection:
                            "spread_before": float(np.std(fit.raw)), "spread_after": float(np.std(fit.loo)),
                            "median_ratio_before": float(math.exp(np.median(fit.raw))),
                            "median_ratio_after": float(math.exp(np.median(fit.loo))),
-                           "local": metric in self.locals}
+                           "local": metric in self.locals, "resolution": self.resolutions.get(metric, 0.0)}
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -387,6 +409,34 @@ def fidelity_prior_margin(table: str | os.PathLike[str]) -> float | None:
         return None
     ratios = [r for r in map(_positive, ratios) if r is not None]
     return max([1.0, *ratios]) if ratios else None
+
+
+#: Reports with fewer values than this get no step: a few whole numbers can be all even by chance.
+_RESOLUTION_MIN_VALUES = 10
+
+
+def resolution_of(values: Sequence[float]) -> float:
+    """The step a chip reports its measurements in (0 when none): the largest of 1, 2 and 5 times a
+    power of ten that every value is a whole multiple of, with at least :data:`_RESOLUTION_MIN_VALUES`
+    values, and at most a quarter of their median (a step that coarse is no resolution but a coincidence).
+    A step under a thousandth of the median changes no decision and counts as none.
+
+    Phone benchmarks often report whole milliseconds (NAS-Bench-201's Samsung and Pixel latencies
+    do); timings read from a clock have no such step, and ratios times a reference none either.
+    """
+    values = np.asarray([v for v in values if math.isfinite(v) and v > 0], dtype=float)
+    if len(values) < _RESOLUTION_MIN_VALUES:
+        return 0.0
+    top = float(np.median(values)) / 4
+    for exponent in range(math.floor(math.log10(top)), math.floor(math.log10(top / 250)) - 1, -1):
+        for mantissa in (5, 2, 1):
+            step = mantissa * 10.0 ** exponent
+            if step > top or step < top / 250:
+                continue
+            units = values / step
+            if np.all(np.abs(units - np.round(units)) <= 1e-6 + 1e-9 * units):  # float rounding only
+                return step
+    return 0.0
 
 
 def _positive(value: Any) -> float | None:

@@ -141,7 +141,8 @@ class PPOSearch:
         return [m for m in CORRECTED if m in self.budget.limits()] if self.correction is not None else []
 
     def _remask(self) -> None:
-        """The mask's budget: each corrected metric's limit over the margin and the lowest correction.
+        """The mask's budget: each corrected metric's limit as measured (:meth:`CostCorrection.limit_as_measured`)
+        over the margin and the lowest correction.
 
         No architecture whose corrected prediction times the margin fits is masked; a finished
         draw is then checked exactly (:meth:`_fits`).
@@ -150,9 +151,11 @@ class PPOSearch:
         cheapest = self.mask.cheapest_costs()
         lines = []
         for metric in self._corrected_limits():
-            limits[metric] /= self.correction.mask_factor(metric)
-            if cheapest[metric] > limits[metric] * (1 + 1e-9):
-                factor = self.budget.limits()[metric] / limits[metric]
+            # a chip that reports whole milliseconds reports 18.4 as 18: the limit as measured
+            measured_limit, factor = (self.correction.limit_as_measured(metric, limits[metric]),
+                                      self.correction.mask_factor(metric))
+            limits[metric] = measured_limit / factor
+            if cheapest[metric] * factor > measured_limit * (1 + 1e-9):
                 lines.append(f"no network fits the {metric} budget {self.budget.limits()[metric]:.4g} as measured: "
                              f"the cheapest is {cheapest[metric] * factor:.4g} with the correction from "
                              f"{self.correction.count(metric)} measured results and the margin")
@@ -184,7 +187,7 @@ class PPOSearch:
         return out
 
     def _fits(self, key: tuple[int, ...]) -> bool:
-        """Within every bound by the table, and within each corrected metric's limit with the margin."""
+        """Within every bound by the table, and within each corrected metric's limit as measured with the margin."""
         return bool(self._fits_all([key])[0])
 
     def _fits_all(self, keys: list[tuple[int, ...]]) -> np.ndarray:
@@ -198,7 +201,8 @@ class PPOSearch:
             at = np.flatnonzero(ok)
             predicted = np.asarray([self.predicted(keys[i])[metric] for i in at])
             bounds = self.correction.bounds(metric, np.asarray([keys[i] for i in at], dtype=np.int64), predicted)
-            ok[at[bounds > self.budget.limits()[metric] * (1 + 1e-9)]] = False
+            limit = self.correction.limit_as_measured(metric, self.budget.limits()[metric])
+            ok[at[bounds > limit * (1 + 1e-9)]] = False
         return ok
 
     def over_probability(self, keys: list[tuple[int, ...]]) -> np.ndarray:

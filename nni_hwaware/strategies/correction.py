@@ -421,8 +421,9 @@ def resolution_of(values: Sequence[float]) -> float:
     values, and at most a quarter of their median (a step that coarse is no resolution but a coincidence).
     A step under a thousandth of the median changes no decision and counts as none.
 
-    Phone benchmarks often report whole milliseconds (NAS-Bench-201's Samsung and Pixel latencies
-    do); timings read from a clock have no such step, and ratios times a reference none either.
+    Phone benchmarks often report whole milliseconds (the Samsung A50 latencies of NAS-Bench-201
+    in HW-NAS-Bench do); timings read from a clock have no such step, and ratios times a reference
+    none either.
     """
     values = np.asarray([v for v in values if math.isfinite(v) and v > 0], dtype=float)
     if len(values) < _RESOLUTION_MIN_VALUES:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,22 @@ def test_killed_nas_experiment_resumes_from_the_state_file(tmp_path: Path) -> No
     assert len(keys) >= 6 - 1  # the run continued (the model killed mid-training is not rerun)
 
 
+def _nnictl_import(experiment: RunningExperiment, results: Path, attempts: int = 3) -> None:
+    """``nnictl experiment import``, again while it says it failed. It prints an error and exits 0 when it
+    cannot reach the experiment (it gives the REST server 5 seconds, the import 20): on a busy machine
+    the import once never reached the experiment."""
+    import subprocess
+
+    from nni_hwaware.experiment import nnictl_path
+
+    for _ in range(attempts):
+        done = subprocess.run([nnictl_path(), "experiment", "import", experiment.id, "--filename", str(results)],
+                              env=experiment.env, check=True, capture_output=True, text=True)
+        if "ERROR" not in done.stdout + done.stderr:
+            return
+    raise AssertionError(f"nnictl experiment import failed {attempts} times: {done.stdout}{done.stderr}")
+
+
 def test_a_search_warm_starts_from_an_earlier_experiments_results(tmp_path: Path) -> None:
     """``nnictl experiment export`` one search, ``nnictl experiment import`` it into the next."""
     import subprocess
@@ -95,12 +112,12 @@ def test_a_search_warm_starts_from_an_earlier_experiments_results(tmp_path: Path
                         "--filename", str(exported)], env=earlier.env, check=True, capture_output=True)
         known = set(final_archs(earlier.trial_jobs()).values())
     assert len(known) == 3
-    # The second search starts with one trial at a time, so the import lands before most proposals.
+    # The second search runs one trial at a time; the import lands while its first trial runs, or later
+    # on a busy machine: then the results it already has count as known, not imported again.
     second = write_config(ppo_template(tmp_path, trials=3, concurrency=1), tmp_path / "second.yml",
                           tmp_path / "experiments")
     with create_experiment(second) as later:
-        subprocess.run([nnictl_path(), "experiment", "import", later.id, "--filename", str(exported)],
-                       env=later.env, check=True, capture_output=True)
+        _nnictl_import(later, exported)
         assert later.wait(timeout=300) == "DONE", later.describe()
         jobs = sorted(later.trial_jobs(), key=lambda job: job["sequenceId"])
     archs = final_archs(jobs)
@@ -108,6 +125,10 @@ def test_a_search_warm_starts_from_an_earlier_experiments_results(tmp_path: Path
     assert {_names(k) for k, _ in saved["history"]} >= known  # learned the earlier results
     assert len(saved["history"]) == 3 + 3 - len(set(archs.values()) & known)
     log = (later.experiment_dir / "log" / "dispatcher.log").read_text()
-    assert "imported 3 results" in log
-    later_trials = [archs[job["trialJobId"]] for job in jobs[1:]]  # proposed after the import
-    assert not set(later_trials) & known
+    line = re.search(r"imported (\d+) results \((\d+) already known or skipped\)", log)
+    assert line is not None, log
+    imported, skipped = map(int, line.groups())
+    assert imported + skipped == 3
+    # A network of the earlier search is proposed again only before the import: finished by then (so
+    # skipped as known) or the one trial running then. Every proposal after the import is new.
+    assert len(set(archs.values()) & known) <= skipped + 1

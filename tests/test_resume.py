@@ -83,19 +83,26 @@ def test_killed_nas_experiment_resumes_from_the_state_file(tmp_path: Path) -> No
 
 
 def _nnictl_import(experiment: RunningExperiment, results: Path, attempts: int = 3) -> None:
-    """``nnictl experiment import``, again while it says it failed. It prints an error and exits 0 when it
-    cannot reach the experiment (it gives the REST server 5 seconds, the import 20): on a busy machine
-    the import once never reached the experiment."""
+    """``nnictl experiment import``, again until the tuner logs the import. nnictl exits 0 when it cannot
+    reach the experiment (it gives the REST server 5 seconds, the import 20), printing an error or
+    nothing: on a busy machine an import once never reached the experiment."""
     import subprocess
+    import time
 
     from nni_hwaware.experiment import nnictl_path
 
+    log = experiment.experiment_dir / "log" / "dispatcher.log"
+    said = ""
     for _ in range(attempts):
         done = subprocess.run([nnictl_path(), "experiment", "import", experiment.id, "--filename", str(results)],
                               env=experiment.env, check=True, capture_output=True, text=True)
-        if "ERROR" not in done.stdout + done.stderr:
-            return
-    raise AssertionError(f"nnictl experiment import failed {attempts} times: {done.stdout}{done.stderr}")
+        said += done.stdout + done.stderr
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if log.is_file() and "imported " in log.read_text():
+                return
+            time.sleep(0.5)
+    raise AssertionError(f"nnictl experiment import did not reach the tuner in {attempts} tries: {said}")
 
 
 def test_a_search_warm_starts_from_an_earlier_experiments_results(tmp_path: Path) -> None:

@@ -83,9 +83,9 @@ def test_killed_nas_experiment_resumes_from_the_state_file(tmp_path: Path) -> No
 
 
 def _nnictl_import(experiment: RunningExperiment, results: Path, attempts: int = 3) -> None:
-    """``nnictl experiment import``, again until the tuner logs the import. nnictl exits 0 when it cannot
-    reach the experiment (it gives the REST server 5 seconds, the import 20), printing an error or
-    nothing: on a busy machine an import once never reached the experiment."""
+    """``nnictl experiment import``, again until the tuner logs the import. nnictl exits 0 when the import
+    does not reach the tuner (NNI's manager refuses it until the tuner is set up; nnictl gives the REST
+    server 5 seconds): on a busy machine an import right after the start once never reached it."""
     import subprocess
     import time
 

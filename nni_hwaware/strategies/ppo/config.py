@@ -73,6 +73,10 @@ class PPOConfig:
     (the logs of its latency, FLOPs and parameters), its weight (0 or 1) chosen by marginal
     likelihood with the length scale and noise: where accuracy grows with compute, the surrogate
     extrapolates it to architectures far from those tried (False: the Hamming kernel alone)."""
+    ard: bool = True
+    """The surrogate's Hamming kernel weighs each label by its own relevance, fitted by marginal
+    likelihood (automatic relevance determination): where a few labels decide the accuracy, two
+    architectures that differ only in the others still look alike (False: one length scale for all)."""
     local_best: int = 4
     """The best architectures so far whose one-label neighbours (those within budget) join the
     screened pool when no draw promises an improvement (``local_ei``; 0: never)."""

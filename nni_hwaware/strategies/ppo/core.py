@@ -127,7 +127,7 @@ class PPOSearch:
         self.optimizer = (torch.optim.Adam if self.config.optimizer == "adam" else torch.optim.SGD)(
             self.policy.parameters(), lr=self.config.lr)
         self.generator = torch.Generator().manual_seed(self.config.seed)
-        self.surrogate = Surrogate(self.n_layers, self._trend_features if c.trend else None)
+        self.surrogate = Surrogate(self.n_layers, self._trend_features if c.trend else None, ard=c.ard)
         self.pending: dict[tuple[int, ...], _Episode] = {}
         self.finished: list[_Episode] = []
         self.history = _History()

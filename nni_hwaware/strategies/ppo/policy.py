@@ -10,7 +10,8 @@ The surrogate screens the masked samples before one is proposed: a Gaussian
 process over whole architectures with a Hamming kernel (categorical labels have
 no order) plus a linear kernel on what the cost table predicts of them (more
 compute is often more accuracy, and the best networks sit at the budget's edge),
-its length scale, noise and the linear kernel's weight chosen by marginal likelihood.
+its length scale, noise and the linear kernel's weight chosen by marginal likelihood,
+then a weight per label (automatic relevance determination) fitted the same way.
 """
 
 from __future__ import annotations

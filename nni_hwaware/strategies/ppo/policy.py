@@ -117,14 +117,19 @@ class HammingGP:
             return None
         return torch.from_numpy(a @ b.T / a.shape[1])
 
+    @staticmethod
+    def _differs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(n, m, L): whether each pair of architectures differs in each label."""
+        return a[:, None, :] != b[None, :, :]
+
     def _distance(self, a: np.ndarray, b: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy((a[:, None, :] != b[None, :, :]).sum(axis=2).astype(np.float64))
+        return torch.from_numpy(self._differs(a, b).sum(axis=2).astype(np.float64))
 
     def _weighted(self, a: np.ndarray, b: np.ndarray) -> torch.Tensor:
         """The kernel's exponent: the differing labels' weights (``scale`` each without ARD), over L."""
         if self.weights is None:
             return self.scale * self._distance(a, b) / self.n_labels
-        return torch.from_numpy((a[:, None, :] != b[None, :, :]).astype(np.float64) @ self.weights / self.n_labels)
+        return torch.from_numpy(self._differs(a, b).astype(np.float64) @ self.weights / self.n_labels)
 
     def _solve(self, base: torch.Tensor, noise: float, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         chol, info = torch.linalg.cholesky_ex(base + noise * torch.eye(len(y), dtype=torch.float64))
@@ -162,7 +167,7 @@ class HammingGP:
     def _fit_ard(self, target: torch.Tensor, linear: torch.Tensor | None) -> None:
         """Per-label weights and the noise by the log marginal likelihood (MAP: a log-normal prior about the
         grid's scale), from the grid's choice."""
-        per = torch.from_numpy((self.x[:, None, :] != self.x[None, :, :]).astype(np.float64))
+        per = torch.from_numpy(self._differs(self.x, self.x).astype(np.float64))
         centre = math.log(self.scale)
         log_w = torch.full((self.n_labels,), centre, dtype=torch.float64, requires_grad=True)
         log_noise = torch.tensor(math.log(self.noise), dtype=torch.float64, requires_grad=True)

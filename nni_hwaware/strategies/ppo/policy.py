@@ -131,7 +131,13 @@ class HammingGP:
             return self.scale * self._distance(a, b) / self.n_labels
         return torch.from_numpy(self._differs(a, b).astype(np.float64) @ self.weights / self.n_labels)
 
-    def _solve(self, base: torch.Tensor, noise: float, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    @staticmethod
+    def _log_evidence(target: torch.Tensor, chol: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        """The log marginal likelihood up to a constant (eq. 2.30) from :meth:`_solve`'s factor and solution."""
+        return -0.5 * (target @ alpha) - torch.log(torch.diagonal(chol)).sum()
+
+    def _solve(self, base: torch.Tensor, noise: float | torch.Tensor,
+               y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         chol, info = torch.linalg.cholesky_ex(base + noise * torch.eye(len(y), dtype=torch.float64))
         if int(info) != 0:
             return None
@@ -157,7 +163,7 @@ class HammingGP:
                     if solved is None:
                         continue
                     chol, alpha = solved
-                    evidence = -0.5 * float(target @ alpha) - float(torch.log(torch.diagonal(chol)).sum())
+                    evidence = float(self._log_evidence(target, chol, alpha))
                     if evidence > best:
                         best, self.scale, self.noise, self.trend = evidence, scale, noise, trend
                         self._chol, self._alpha = chol, alpha
@@ -171,18 +177,15 @@ class HammingGP:
         centre = math.log(self.scale)
         log_w = torch.full((self.n_labels,), centre, dtype=torch.float64, requires_grad=True)
         log_noise = torch.tensor(math.log(self.noise), dtype=torch.float64, requires_grad=True)
-        eye = torch.eye(len(target), dtype=torch.float64)
         extra = self.trend * linear if self.trend and linear is not None else 0.0
 
         def loss() -> torch.Tensor:
-            k = torch.exp(-(per @ torch.exp(log_w)) / self.n_labels) + extra
-            k = k + torch.exp(log_noise).clamp(min=self.NOISES[0]) * eye
-            chol, info = torch.linalg.cholesky_ex(k)
-            if int(info) != 0:
+            base = torch.exp(-(per @ torch.exp(log_w)) / self.n_labels) + extra
+            solved = self._solve(base, torch.exp(log_noise).clamp(min=self.NOISES[0]), target)
+            if solved is None:
                 return torch.tensor(math.inf, dtype=torch.float64)
-            alpha = torch.cholesky_solve(target[:, None], chol)[:, 0]
-            nll = 0.5 * (target @ alpha) + torch.log(torch.diagonal(chol)).sum()
-            return nll + 0.5 * (((log_w - centre) / self.ARD_PRIOR_SD) ** 2).sum()
+            prior = 0.5 * (((log_w - centre) / self.ARD_PRIOR_SD) ** 2).sum()
+            return -self._log_evidence(target, *solved) + prior
 
         opt = torch.optim.LBFGS([log_w, log_noise], max_iter=self.ARD_STEPS, line_search_fn="strong_wolfe")
 
@@ -201,12 +204,11 @@ class HammingGP:
         noise = max(float(torch.exp(log_noise.detach())), self.NOISES[0])
         if not (np.all(np.isfinite(weights)) and math.isfinite(noise)):
             return
-        kept = (self.weights, self.noise)
+        grid_noise = self.noise
         self.weights, self.noise = weights, noise
-        base = self._kernel(self.x, self.h, self.x, self.h)
-        solved = self._solve(base, self.noise, target)
-        if solved is None:
-            self.weights, self.noise = kept
+        solved = self._solve(self._kernel(self.x, self.h, self.x, self.h), noise, target)
+        if solved is None:  # the grid's choice stands
+            self.weights, self.noise = None, grid_noise
             return
         self._chol, self._alpha = solved
 

@@ -10,7 +10,12 @@ import pytest
 from nni_hwaware.cost_model import CostFactor, SpaceCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.budget import Budget
-from nni_hwaware.strategies.correction import CostCorrection, resolution_of
+from nni_hwaware.strategies.correction import (
+    RATIO_LATENCY,
+    CostCorrection,
+    on_table_scale,
+    resolution_of,
+)
 from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
 
 LABELS, VALUES = 6, 4
@@ -187,6 +192,25 @@ def test_the_retraining_trial_picks_the_best_network_measured_within_the_budget(
     lines = _calibration(trials, {"latency_ms": 2.0})["lines"]
     assert any(line.startswith("no search trial was measured within the latency_ms budget") for line in lines)
     assert not any("no search trial" in line for line in _calibration(trials, {"latency_ms": 5.0})["lines"])
+
+
+def test_the_retraining_trial_judges_the_budget_on_the_tables_scale_as_the_search_does() -> None:
+    """A busy machine times every network slow; the search judges a result by its ratio to the reference
+    times the table's reference latency, and the retraining trial must pick by the same judgement
+    from the history it is sent, not by the raw milliseconds."""
+    from nni_hwaware.report.search import best_trial, measured_within
+    from nni_hwaware.strategies.ppo.records import TrialRecords
+
+    records = TrialRecords()
+    # timed 2x slow on a busy machine: raw 9 ms, but 0.5 of the reference whose table latency is 8 ms
+    records.add_result({"l0": "v3"}, on_table_scale({"default": 0.95, "latency_ms": 9.0, "latency_ratio": 0.5}, 8.0))
+    # timed on a quiet moment: raw 4.5 ms, but 0.75 of the reference: 6 ms on the table's scale
+    records.add_result({"l0": "v2"}, on_table_scale({"default": 0.97, "latency_ms": 4.5, "latency_ratio": 0.75}, 8.0))
+    records.add_result({"l0": "v1"}, on_table_scale({"default": 0.80, "latency_ms": 3.0, "latency_ratio": 0.3}, 8.0))
+    history = records.history()
+    assert [t[RATIO_LATENCY] for t in history] == [4.0, 6.0, 2.4]
+    assert best_trial(history, {"latency_ms": 5.0})["arch"] == {"l0": "v3"}
+    assert not measured_within(history[1], {"latency_ms": 5.0}) and measured_within(history[0], {"latency_ms": 5.0})
 
 
 def test_the_local_margin_is_tighter_beside_measured_networks_and_its_chance_of_fitting_sorts_them() -> None:

@@ -30,9 +30,11 @@ __all__ = ["best_trial", "measured_within", "render_search_report", "write_retra
 
 
 def measured_within(trial: Mapping[str, Any], budget: Mapping[str, Any] | None) -> bool:
-    """Whether a trial's measured ``latency_ms`` / ``memory_mb`` (where it reports them) fit ``budget``."""
+    """Whether a trial's measured ``latency_ms`` / ``memory_mb`` (where it reports them) fit ``budget``;
+    the latency on the table's scale where the search added it (:func:`measured_cost`), as the search
+    judges it: a busy machine that timed everything slow puts no network over the budget."""
     for metric, limit in (budget or {}).items():
-        value = trial.get(metric)
+        value = measured_cost(trial, metric)
         if metric in ("latency_ms", "memory_mb") and limit is not None and isinstance(value, (int, float)) \
                 and float(value) > float(limit):
             return False

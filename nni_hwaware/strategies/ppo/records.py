@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.strategies.correction import RATIO_LATENCY
 from nni_hwaware.trial.parameters import KEY
 
 __all__ = ["ALL_FAILED_AFTER", "RESULT_GRACE_S", "TrialRecords", "load_state", "metrics_of", "save_state"]
@@ -36,7 +37,8 @@ RESULT_GRACE_S = 60.0
 ALL_FAILED_AFTER = 5
 #: Fields of a result the retraining trial and the report need (the search history).
 HISTORY_KEYS = ("default", "latency_ms", "memory_mb", "predicted_latency_ms", "predicted_memory_mb",
-                "corrected_latency_ms", "corrected_memory_mb", "latency_ratio", "flops", "params", "status")
+                "corrected_latency_ms", "corrected_memory_mb", "latency_ratio", RATIO_LATENCY, "flops", "params",
+                "status")
 
 
 def metrics_of(value: Any) -> dict[str, Any] | None:

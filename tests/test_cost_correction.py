@@ -9,13 +9,9 @@ import pytest
 
 from nni_hwaware.cost_model import CostFactor, SpaceCostModel
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.measured import RATIO_LATENCY, on_table_scale
 from nni_hwaware.strategies.budget import Budget
-from nni_hwaware.strategies.correction import (
-    RATIO_LATENCY,
-    CostCorrection,
-    on_table_scale,
-    resolution_of,
-)
+from nni_hwaware.strategies.correction import CostCorrection, resolution_of
 from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
 
 LABELS, VALUES = 6, 4
@@ -251,7 +247,7 @@ def test_the_local_margin_is_tighter_beside_measured_networks_and_its_chance_of_
 def test_a_busy_machine_does_not_put_a_network_over_budget_when_its_ratio_to_the_reference_fits() -> None:
     """A trial timed while its machine ran 2x slow: its ms are over the budget, its ratio to the
     reference (timed in the same rounds) is not; on the table's scale the network fits."""
-    from nni_hwaware.strategies.correction import measured_costs, on_table_scale
+    from nni_hwaware.measured import measured_costs
 
     reference_ms = 8.9  # the table's latency of the reference (every label at v3)
     slow = {"default": 0.9, "latency_ms": 2 * 4.45, "latency_ratio": 0.5, "memory_mb": 1.5}

@@ -294,3 +294,19 @@ def test_the_search_takes_its_prior_margin_from_the_tables_fidelity_figures(tmp_
     (tmp_path / f"t.csv{FIDELITY_SUFFIX}").write_text("[1, 2]")
     assert _tuner(tmp_path).search.correction.prior_margin == 1.0
     assert "is not a fidelity file" in caplog.text
+
+
+def test_trials_are_sent_the_budget_to_measure_against_before_training(tmp_path) -> None:
+    """A network measured over the budget is a failure to the search: its trial is sent the budget (on the
+    table's scale, with the table's latency of the reference) so it can stop before training;
+    ``train_over_budget`` trains every network."""
+    tuner = _tuner(tmp_path, budget={"latency_ms": "80%", "memory_mb": "90%"}, ppo={"seed": 1})
+    sent = TrialParameters.from_dict(tuner.generate_parameters(0))
+    limits = tuner.search.budget.limits()
+    assert sent.budget == {"latency_ms": pytest.approx(0.8 * 2.75), "memory_mb": pytest.approx(limits["memory_mb"])}
+    assert sent.reference_table_latency_ms == pytest.approx(2.75)  # the baseline (bottleneck, bottleneck)
+    assert sent.reference and sent.reference == dict(tuner.session.reference)
+    everything = _tuner(tmp_path / "all", budget={"latency_ms": "80%"}, ppo={"seed": 1}, train_over_budget=True)
+    assert TrialParameters.from_dict(everything.generate_parameters(0)).budget == {}
+    with pytest.raises(HwAwareError, match="train_over_budget must be true or false"):
+        _tuner(tmp_path / "bad", train_over_budget="no")

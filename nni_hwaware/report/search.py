@@ -24,21 +24,10 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import read_json, write_json
+from nni_hwaware.measured import measured_cost, measured_within
 from nni_hwaware.training.results import ModelResult
 
-__all__ = ["best_trial", "measured_within", "render_search_report", "write_retrain_report", "write_search_report"]
-
-
-def measured_within(trial: Mapping[str, Any], budget: Mapping[str, Any] | None) -> bool:
-    """Whether a trial's measured ``latency_ms`` / ``memory_mb`` (where it reports them) fit ``budget``;
-    the latency on the table's scale where the search added it (:func:`measured_cost`), as the search
-    judges it: a busy machine that timed everything slow puts no network over the budget."""
-    for metric, limit in (budget or {}).items():
-        value = measured_cost(trial, metric)
-        if metric in ("latency_ms", "memory_mb") and limit is not None and isinstance(value, (int, float)) \
-                and float(value) > float(limit):
-            return False
-    return True
+__all__ = ["best_trial", "measured_cost", "measured_within", "render_search_report", "write_retrain_report", "write_search_report"]
 
 
 def best_trial(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -88,16 +77,6 @@ def write_retrain_report(out_dir: str | os.PathLike[str], metric: Mapping[str, A
     return paths, list(found.extra.get("vs_baseline", {}).get("warnings", []))
 
 
-#: A trial's measured latency on the table's scale, where the search added it
-#: (:data:`nni_hwaware.strategies.correction.RATIO_LATENCY`): what the budget is judged by.
-_RATIO_LATENCY = "ratio_latency_ms"
-
-
-def measured_cost(trial: Mapping[str, Any], metric: str) -> Any:
-    """What a trial measured of ``metric``; latency on the table's scale where the search added it."""
-    return trial.get(_RATIO_LATENCY, trial.get(metric)) if metric == "latency_ms" else trial.get(metric)
-
-
 def _calibration(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any]) -> dict[str, Any]:
     """Predicted and measured latencies of the trials that report both, and the over-budget counts
     (latency on the table's scale where the trial has it: its measured ratio to the reference times
@@ -118,6 +97,9 @@ def _calibration(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any])
         if over == len(measured):
             lines.append(f"no search trial was measured within the {metric} budget: the network retrained is "
                          "the best of those over it")
+    if untrained := sum(bool(t.get("not_trained")) for t in trials):
+        lines.append(f"{untrained} of {len(trials)} trials measured over the budget before training and were not "
+                     "trained")
     if both:
         ratios = [float(measured_cost(t, "latency_ms")) / float(t["predicted_latency_ms"]) for t in both]
         ratios.sort()

@@ -67,17 +67,19 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.measured import MEASURED
+from nni_hwaware.measured import positive as _positive
 
 if TYPE_CHECKING:
     from nni_hwaware.strategies.ppo.policy import HammingGP
 
-__all__ = ["CORRECTED", "FIDELITY_SUFFIX", "RATIO_LATENCY", "CostCorrection", "MetricCorrection", "fidelity_prior_margin",
-           "measured_costs", "on_table_scale", "resolution_of"]
+__all__ = ["CORRECTED", "FIDELITY_SUFFIX", "CostCorrection", "MetricCorrection", "fidelity_prior_margin",
+           "resolution_of"]
 
 _logger = logging.getLogger("nni_hwaware.ppo")
 
 #: The metrics a trial measures on its chip (and the budget names).
-CORRECTED = ("latency_ms", "memory_mb")
+CORRECTED = MEASURED
 #: Pairs the local model conditions on at most (the newest).
 _LOCAL_LIMIT = 400
 #: The prior margin's weight in :meth:`CostCorrection.log_spread`, in pairs.
@@ -362,34 +364,6 @@ class CostCorrection:
                 self._fit(metric)
 
 
-#: A result's measured latency on the cost table's scale: the ratio to the reference network
-#: that the trial measured (both timed in the same rounds) times the table's latency of the reference.
-RATIO_LATENCY = "ratio_latency_ms"
-
-
-def on_table_scale(metrics: Mapping[str, Any], reference_latency_ms: float | None) -> dict[str, Any]:
-    """``metrics`` with :data:`RATIO_LATENCY` added where the result carries its ``latency_ratio``.
-
-    A trial's ``latency_ms`` moves with its machine's speed (a busy CI runner, a laptop on battery
-    measure everything 1.5-2x slow); its ratio to the reference, timed in the same rounds, does not.
-    On the table's scale, a measured network is over a budget because the table mispredicted it, not
-    because the machine was busy while it was timed.
-    """
-    ratio, reference = _positive(metrics.get("latency_ratio")), _positive(reference_latency_ms)
-    if ratio is None or reference is None:
-        return dict(metrics)
-    return {**metrics, RATIO_LATENCY: ratio * reference}
-
-
-def measured_costs(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The costs a result measured (``CORRECTED`` metrics that are finite and positive); the latency
-    on the table's scale (:data:`RATIO_LATENCY`) where the result has it."""
-    costs = {m: value for m in CORRECTED if (value := _positive(metrics.get(m))) is not None}
-    if (scaled := _positive(metrics.get(RATIO_LATENCY))) is not None:
-        costs["latency_ms"] = scaled
-    return costs
-
-
 #: ``nni-hwaware validate TABLE`` saves the table's fidelity figures beside it, in ``TABLE`` + this.
 FIDELITY_SUFFIX = ".fidelity.json"
 
@@ -438,11 +412,3 @@ def resolution_of(values: Sequence[float]) -> float:
             if np.all(np.abs(units - np.round(units)) <= 1e-6 + 1e-9 * units):  # float rounding only
                 return step
     return 0.0
-
-
-def _positive(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) and number > 0 else None

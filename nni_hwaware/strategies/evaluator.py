@@ -44,29 +44,31 @@ def evaluate_network(model: Any, space: str | Any, table: str | None = None, chi
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.training.train import TrainConfig, train_network
     from nni_hwaware.trial.parameters import KEY, TrialParameters
-    from nni_hwaware.trial.run import measured_costs, trial_metrics
+    from nni_hwaware.trial.run import measure_then_train
 
     named = resolve_space(space, **(space_args or {}))
     sample = dict(sample or getattr(model, "arch", None) or {})
     arch = named.check_architecture({k: v for k, v in sample.items() if not k.startswith("_")})
-    reference: dict[str, Any] = {}
-    if KEY in sample:  # proposed by the PPO strategy: the costs and the reference came with the sample
+    if KEY in sample:  # proposed by the PPO strategy: the costs, the reference and the budget came with it
         carried = TrialParameters.from_dict(sample)
-        costs, reference = carried.costs, carried.reference
     elif table is None or not Path(table).is_file():
         raise HwAwareError(f"cost table {table} does not exist here: profile the space first, or search with "
                            "PPOStrategy (its samples carry their costs)")
     else:
         model = load_space_model(named, table, chip=chip, backend=backend, batch_size=batch_size)
-        costs, reference = model.predict(arch).metrics(), dict(named.baseline(model))
+        carried = TrialParameters(arch=arch, space=named.name, costs=model.predict(arch).metrics(),
+                                  reference=dict(named.baseline(model)))
     config = TrainConfig.from_dict(train or {})
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        network = named.build(arch)  # weights from the seed, not the supernet's
-    result = train_network(network, named.dataset, config, input_shape=named.input_shape,
-                           on_epoch=lambda epoch, r: nni.report_intermediate_result(r["val_top1"]))
-    nni.report_final_result(trial_metrics(arch, result.metrics(), costs,
-                                          measured_costs(named, arch, reference, config.seed)))
+
+    def trained() -> dict[str, float]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            network = named.build(arch)  # weights from the seed, not the supernet's
+        result = train_network(network, named.dataset, config, input_shape=named.input_shape,
+                               on_epoch=lambda epoch, r: nni.report_intermediate_result(r["val_top1"]))
+        return result.metrics()
+
+    nni.report_final_result(measure_then_train(named, arch, carried, config.seed, trained))
 
 
 def hardware_evaluator(space: str | Any, table: str | None = None, **options: Any) -> Any:

@@ -215,6 +215,9 @@ class SearchJob:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     #: How each search trial trains its network.
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=10, threads=1))
+    #: Train networks a trial measures over the budget (False: the trial reports the measurement and
+    #: stops, since the search counts such a network a failure whatever its accuracy).
+    train_over_budget: bool = False
     #: Search trials before the final retraining trial (None: search until NNI stops).
     search_trials: int | None = None
     #: How the final trial retrains the best network and the baseline (None: no retraining).
@@ -231,6 +234,8 @@ class SearchJob:
         if self.search_trials is not None and (isinstance(self.search_trials, bool)
                                                or not isinstance(self.search_trials, int) or self.search_trials < 1):
             raise HwAwareError(f"search_trials must be an integer >= 1, got {self.search_trials!r}")
+        if not isinstance(self.train_over_budget, bool):
+            raise HwAwareError(f"train_over_budget must be true or false, got {self.train_over_budget!r}")
         if self.retrain is not None and self.search_trials is None:
             raise HwAwareError("retrain needs search_trials: the number of search trials before the final retraining")
         _ = self.cost  # validates table, batch_size, ...

@@ -74,11 +74,29 @@ class TrialParameters:
     #: The space's reference network (label -> value), timed beside ``arch`` on the trial's machine
     #: (empty: the trial reports the predicted costs only).
     reference: dict[str, Any] = field(default_factory=dict)
+    #: The search's budget (``latency_ms`` / ``memory_mb``, on the cost table's scale) and the table's
+    #: latency of ``reference``: a trial that measures its network over the budget, judged as the search
+    #: judges it, reports the measurement and does not train (empty: it trains whatever it measures).
+    budget: dict[str, float] = field(default_factory=dict)
+    reference_table_latency_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, limit in self.budget.items():
+            if name not in ("latency_ms", "memory_mb") or not isinstance(limit, (int, float)) \
+                    or isinstance(limit, bool) or not limit > 0:
+                raise HwAwareError(f"the trial's budget is malformed ({name}: {limit!r}); it takes latency_ms / "
+                                   "memory_mb > 0: the tuner and the trial must be the same nni-hwaware version")
+        latency = self.reference_table_latency_ms
+        if latency is not None and (isinstance(latency, bool) or not isinstance(latency, (int, float)) or not latency > 0):
+            raise HwAwareError(f"the trial's reference_table_latency_ms must be a number > 0, got {latency!r}")
 
     def to_dict(self) -> dict[str, Any]:
         body = {"space": self.space, "space_args": dict(self.space_args), "dataset": self.dataset,
                 "chip": self.chip, "costs": dict(self.costs), "train": self.train.to_dict(),
                 "reference": dict(self.reference)}
+        if self.budget:
+            body["budget"] = dict(self.budget)
+            body["reference_table_latency_ms"] = self.reference_table_latency_ms
         if self.retrain is not None:
             body["retrain"] = self.retrain.to_dict()
         return {**self.arch, KEY: body}
@@ -90,7 +108,8 @@ class TrialParameters:
         if not isinstance(body, Mapping):
             raise HwAwareError(f"the trial's parameters lack {KEY!r}: they were not sent by the nni-hwaware tuner "
                                "(run the trial under it, or pass --space and --arch)")
-        known = {"space", "space_args", "dataset", "chip", "costs", "train", "retrain", "reference"}
+        known = {"space", "space_args", "dataset", "chip", "costs", "train", "retrain", "reference", "budget",
+                 "reference_table_latency_ms"}
         stray = sorted(set(body) - known)
         if stray or "space" not in body:
             raise HwAwareError(f"the trial's {KEY} parameters are malformed (unknown {stray}, needs 'space'); "
@@ -106,4 +125,5 @@ class TrialParameters:
                    dataset=str(body.get("dataset", "")), chip=str(body.get("chip", "")),
                    costs={k: float(v) for k, v in (body.get("costs") or {}).items()},
                    train=TrainConfig.from_dict(body.get("train") or {}), retrain=retrain,
-                   reference=dict(body.get("reference") or {}))
+                   reference=dict(body.get("reference") or {}), budget=dict(body.get("budget") or {}),
+                   reference_table_latency_ms=body.get("reference_table_latency_ms"))

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.trial.parameters import TrialParameters
 
-__all__ = ["main", "measured_costs", "retrain_metrics", "trial_metrics"]
+__all__ = ["main", "measure_then_train", "measured_costs", "over_budget", "retrain_metrics", "trial_metrics",
+           "untrained_metrics"]
 
 
 def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float], costs: Mapping[str, float],
@@ -137,12 +138,40 @@ def _run(args: argparse.Namespace) -> int:
         nni.report_intermediate_result({"default": record["val_top1"], "val_top3": record["val_top3"],
                                         "train_loss": record["train_loss"], "epoch": epoch})
 
-    result = train_architecture(named, arch, train, on_epoch)
-    final = trial_metrics(arch, result.metrics(), params.costs,
-                          measured_costs(named, arch, params.reference, train.seed))
+    final = measure_then_train(named, arch, params, train.seed,
+                               lambda: train_architecture(named, arch, train, on_epoch).metrics())
     nni.report_final_result(final)
     print(json.dumps(final))
     return 0
+
+
+def measure_then_train(named: Any, arch: Mapping[str, Any], params: TrialParameters, seed: int,
+                       train: Callable[[], Mapping[str, float]]) -> dict[str, Any]:
+    """A search trial's final metric: its network measured beside the reference, then trained (``train``
+    gives the training's metrics) unless it measured over the budget the parameters carry: the search
+    counts such a network a failure whatever its accuracy, so the measurement is all it needs."""
+    measured = measured_costs(named, arch, params.reference, seed)
+    if over := over_budget(measured, params):
+        print(f"measured over the budget ({', '.join(over)}): not trained")
+        return untrained_metrics(arch, params.costs, measured, over)
+    return trial_metrics(arch, train(), params.costs, measured)
+
+
+def over_budget(measured: Mapping[str, Any], params: TrialParameters) -> list[str]:
+    """The budget's metrics ``measured`` is over, judged as the search judges a result (the latency on the
+    table's scale: the ratio to the reference times the table's reference latency); none without a budget."""
+    from nni_hwaware.measured import measured_within, on_table_scale
+
+    scaled = on_table_scale(measured, params.reference_table_latency_ms)
+    return [metric for metric, limit in params.budget.items() if not measured_within(scaled, {metric: limit})]
+
+
+def untrained_metrics(arch: Mapping[str, str], costs: Mapping[str, float], measured: Mapping[str, float],
+                      over: list[str]) -> dict[str, Any]:
+    """The final metric of a trial measured over the budget: a failure's accuracy (0), what it measured,
+    and why it was not trained (``not_trained``)."""
+    return {**trial_metrics(arch, {"val_top1": 0.0}, costs, measured),
+            "not_trained": f"measured over the budget ({', '.join(over)})"}
 
 
 def retrain_metrics(baseline: Any, found: Any) -> dict[str, Any]:

@@ -45,9 +45,10 @@ import torch
 
 from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.measured import measured_costs
 from nni_hwaware.profiling.chips import fixed_threads
 from nni_hwaware.strategies.budget import Budget, BudgetMask
-from nni_hwaware.strategies.correction import CORRECTED, CostCorrection, measured_costs
+from nni_hwaware.strategies.correction import CORRECTED, CostCorrection
 from nni_hwaware.strategies.ppo.config import REWARDS, PPOConfig
 from nni_hwaware.strategies.ppo.policy import ActorCritic, Surrogate, normalise
 

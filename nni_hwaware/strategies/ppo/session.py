@@ -21,7 +21,8 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_json
-from nni_hwaware.strategies.correction import fidelity_prior_margin, on_table_scale
+from nni_hwaware.measured import on_table_scale
+from nni_hwaware.strategies.correction import fidelity_prior_margin
 from nni_hwaware.strategies.job import SearchJob
 from nni_hwaware.strategies.ppo.records import (
     ALL_FAILED_AFTER,
@@ -134,11 +135,17 @@ class SearchSession:
             corrected = self.search.corrected(arch)
             costs.update({f"corrected_{m}": corrected[m] for m in ("latency_ms", "memory_mb")
                           if self.search.correction.count(m)})
+        measure_first = {}
+        if arch and self.reference and not self.job.train_over_budget:
+            # a network measured over the budget is a failure: the trial measures it before training
+            budget = {m: v for m, v in self.budget.limits().items() if m in ("latency_ms", "memory_mb")}
+            if budget:
+                measure_first = {"budget": budget, "reference_table_latency_ms": self._reference_latency()}
         return TrialParameters(arch=arch, space=self.job.space, space_args=self.job.space_args,
                                dataset=self.named.dataset, chip=self.model.chip,
                                costs=costs,
                                reference=dict(self.reference) if arch else {},
-                               **{"train": self.job.train, **extra})
+                               **{"train": self.job.train, **measure_first, **extra})
 
     def retrain_parameters(self) -> dict[str, Any]:
         """The last trial: the search history, the baseline and its predicted costs, the retraining options."""
@@ -206,7 +213,7 @@ class SearchSession:
 
     def _reference_latency(self) -> float:
         """The table's latency of the reference network: a result's measured ratio to it is its
-        latency on the table's scale (:func:`~nni_hwaware.strategies.correction.on_table_scale`)."""
+        latency on the table's scale (:func:`~nni_hwaware.measured.on_table_scale`)."""
         return self.full.predict(self.reference).latency_ms
 
     def _failure(self, arch: dict[str, Any], why: str) -> None:

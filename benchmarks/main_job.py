@@ -5,7 +5,8 @@ a free port with the experiment files in a temporary directory), waits for it,
 and prints one JSON object on its last line: wall time, number of trials, the
 best trial's validation accuracy and latency (the best measured within the budget; its latency
 measured by its trial and predicted), the search's cost correction, the
-search trials over each budget as measured and as predicted, the median measured /
+search trials over each budget as measured and as predicted (and how many were measured over it
+before training and not trained), the median measured /
 predicted latency of the trials, and the retrained best network against the retrained
 baseline: test accuracy, the latency ratio timed in shared rounds with its 95 % interval, the measured
 memory ratio, the predicted ratios, and any warning the comparison raised.
@@ -49,11 +50,11 @@ def main() -> None:
         reports = sorted(Path(tmp).glob("nni-experiments/*/hwaware/report/results.json"))
         report = json.loads(reports[0].read_text()) if reports else {}
         budget = report.get("budget", {})
-        best = best_trial(search, budget) if search else {}  # the best measured within the budget
         # latency judged as the report judges it: on the table's scale where the trial has it (its ratio
         # to the reference times the table's reference latency), which a busy machine does not move
         # (the report's trials carry it; NNI's metrics are what the trials reported)
         judged = [t for t in report.get("trials", []) if not t.get("retrain")] or search
+        best = best_trial(judged, budget) if judged else {}  # the best measured within the budget
         over = {f"over_budget_measured_{m}": sum(float(measured_cost(t, m)) > float(budget[m]) for t in judged if m in t)
                 for m in ("latency_ms", "memory_mb") if m in budget}
         over.update({f"over_budget_predicted_{m}": sum(float(t[f"predicted_{m}"]) > float(budget[m])
@@ -66,6 +67,7 @@ def main() -> None:
             "succeeded": sum(j["status"] == "SUCCEEDED" for j in jobs),
             "best_val_top1": best.get("default"), "best_latency_ms": best.get("latency_ms"),
             "best_predicted_latency_ms": best.get("predicted_latency_ms"), "budget": budget, **over,
+            "not_trained": sum(bool(t.get("not_trained")) for t in search),
             "measured_over_predicted_latency_median": ratios[len(ratios) // 2] if ratios else None,
             "found_test_top1": final.get("default"), "baseline_test_top1": final.get("baseline_test_top1"),
             "found_latency_ms": final.get("latency_ms"), "baseline_latency_ms": final.get("baseline_latency_ms"),

@@ -94,7 +94,10 @@ def test_tuner_under_nnictl_with_concurrency_2(table: Path, tmp_path: Path) -> N
     assert len(jobs) == 4 and all(job["status"] == "SUCCEEDED" for job in jobs)
     archs = [json.loads(m["arch"]) for m in metrics]
     assert len({tuple(a.values()) for a in archs}) == 4  # no architecture trained twice
-    assert all({"latency_ms", "memory_mb", "flops", "params", "val_top3"} <= set(m) for m in metrics)
+    assert all({"latency_ms", "memory_mb", "flops", "params", "latency_ratio"} <= set(m) for m in metrics)
+    # a trial trains its network, or measured it over the budget and reports that without training
+    assert all(("val_top3" in m) != bool(m.get("not_trained")) for m in metrics)
+    assert all(m["default"] == 0.0 for m in metrics if m.get("not_trained"))
     import torch
 
     saved = torch.load(state, weights_only=True)

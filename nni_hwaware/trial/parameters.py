@@ -4,7 +4,8 @@ A trial may run on another machine (NNI's remote, Kubernetes, AML training
 services) and sees none of the tuner's files. So its NNI parameters carry all
 it needs: the architecture, the space to build it from, the costs the cost table
 predicts for it on the target chip, the space's reference network to time it beside,
-how to train it and on which data set. The
+how to train it and on which data set, and the search's budget (a network measured over
+it is not trained). The
 final retraining trial also carries the finished search history and the
 baseline, and answers with its measured results as its final metric; the tuner
 writes the report.

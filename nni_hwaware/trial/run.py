@@ -11,7 +11,7 @@ Every epoch reports an intermediate result ``{default: val_top1, val_top3,
 train_loss, epoch}``; the final result is ``{default: val_top1, val_top3,
 test_top1, test_top3, latency_ms, memory_mb, predicted_latency_ms,
 predicted_memory_mb, latency_ratio, flops, params, arch}``: ``latency_ms`` and
-``memory_mb`` are measured by the trial on its own machine (the trained network
+``memory_mb`` are measured by the trial on its own machine (the network
 timed in shared rounds with the space's reference network for at most 1 s,
 :func:`~nni_hwaware.training.compare.measure_against_reference`; ``latency_ratio``
 is to the reference), the ``predicted_*`` costs are the cost table's for the chip
@@ -19,6 +19,13 @@ is to the reference), the ``predicted_*`` costs are the cost table's for the chi
 architecture the trial trained (JSON), so the results stay right when NNI pairs a
 trial's parameters with another trial's metrics under concurrency
 (microsoft/nni#5726).
+
+The network is measured before it is trained (timing does not depend on the weights). When the
+parameters carry the search's budget and the network measures over it, judged as the search
+judges a result (:mod:`nni_hwaware.measured`: the latency as its ratio to the reference times the
+table's latency of the reference), the search counts it a failure whatever its accuracy: the
+trial reports the measurement with ``default`` 0 and ``not_trained`` and does not train it
+(:func:`measure_then_train`).
 
 The last trial of a search (parameters with ``retrain``) retrains the best
 network of the search history it was sent and the baseline, times them

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.measured import MEASURED
 from nni_hwaware.training import TrainConfig
 
 __all__ = ["KEY", "RetrainJob", "TrialParameters"]
@@ -83,7 +84,7 @@ class TrialParameters:
 
     def __post_init__(self) -> None:
         for name, limit in self.budget.items():
-            if name not in ("latency_ms", "memory_mb") or not isinstance(limit, (int, float)) \
+            if name not in MEASURED or not isinstance(limit, (int, float)) \
                     or isinstance(limit, bool) or not limit > 0:
                 raise HwAwareError(f"the trial's budget is malformed ({name}: {limit!r}); it takes latency_ms / "
                                    "memory_mb > 0: the tuner and the trial must be the same nni-hwaware version")

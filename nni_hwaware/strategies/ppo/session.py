@@ -21,7 +21,7 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_json
-from nni_hwaware.measured import on_table_scale
+from nni_hwaware.measured import MEASURED, on_table_scale
 from nni_hwaware.strategies.correction import fidelity_prior_margin
 from nni_hwaware.strategies.job import SearchJob
 from nni_hwaware.strategies.ppo.records import (
@@ -138,7 +138,7 @@ class SearchSession:
         measure_first = {}
         if arch and self.reference and not self.job.train_over_budget:
             # a network measured over the budget is a failure: the trial measures it before training
-            budget = {m: v for m, v in self.budget.limits().items() if m in ("latency_ms", "memory_mb")}
+            budget = {m: v for m, v in self.budget.limits().items() if m in MEASURED}
             if budget:
                 measure_first = {"budget": budget, "reference_table_latency_ms": self._reference_latency()}
         return TrialParameters(arch=arch, space=self.job.space, space_args=self.job.space_args,

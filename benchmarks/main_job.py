@@ -6,7 +6,7 @@ and prints one JSON object on its last line: wall time, number of trials, the
 best trial's validation accuracy and latency (the best measured within the budget; its latency
 measured by its trial and predicted), the search's cost correction, the
 search trials over each budget as measured and as predicted (and how many were measured over it
-before training and not trained), the median measured /
+before training and not trained, against the median seconds a search trial trains), the median measured /
 predicted latency of the trials, and the retrained best network against the retrained
 baseline: test accuracy, the latency ratio timed in shared rounds with its 95 % interval, the measured
 memory ratio, the predicted ratios, and any warning the comparison raised.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -68,6 +69,9 @@ def main() -> None:
             "best_val_top1": best.get("default"), "best_latency_ms": best.get("latency_ms"),
             "best_predicted_latency_ms": best.get("predicted_latency_ms"), "budget": budget, **over,
             "not_trained": sum(bool(t.get("not_trained")) for t in search),
+            # what a trial measured over the budget no longer spends: the training of a search trial
+            "search_train_seconds_median": statistics.median(train) if (
+                train := [float(t["train_seconds"]) for t in search if "train_seconds" in t]) else None,
             "measured_over_predicted_latency_median": ratios[len(ratios) // 2] if ratios else None,
             "found_test_top1": final.get("default"), "baseline_test_top1": final.get("baseline_test_top1"),
             "found_latency_ms": final.get("latency_ms"), "baseline_latency_ms": final.get("baseline_latency_ms"),

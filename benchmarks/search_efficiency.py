@@ -17,7 +17,8 @@ Every strategy is driven through NNI's Tuner interface (``update_search_space`` 
 ``generate_parameters`` / ``receive_trial_result``) and a trial is a table
 look-up that reports the accuracy and the **measured** latency, as a trial on the
 device would. Feasible means under the budget **as measured** (``--judge measured``,
-the default): a trial over it is reported as a failure (accuracy 0), and regret is
+the default): a trial over it is reported as a failure (accuracy 0), as the search's own
+trials report a network they measure over the budget before training it, and regret is
 against the best network that fits as measured. ``--judge model`` judges by the cost
 model the search masks with instead (the figures before the search learned from
 measurements). Either way each run also gives the other judgment's regrets

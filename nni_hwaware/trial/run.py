@@ -159,8 +159,9 @@ def measure_then_train(named: Any, arch: Mapping[str, Any], params: TrialParamet
     counts such a network a failure whatever its accuracy, so the measurement is all it needs."""
     measured = measured_costs(named, arch, params.reference, seed)
     if over := over_budget(measured, params):
-        print(f"measured over the budget ({', '.join(over)}): not trained")
-        return untrained_metrics(arch, params.costs, measured, over)
+        final = untrained_metrics(arch, params.costs, measured, over)
+        print(f"{final['not_trained']}: not trained")
+        return final
     return trial_metrics(arch, train(), params.costs, measured)
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import yaml
 
 from nni_hwaware.experiment import create_experiment, write_config
-from nni_hwaware.report.search import best_trial, measured_cost
+from nni_hwaware.measured import measured_cost
+from nni_hwaware.report.search import best_trial
 
 ROOT = Path(__file__).resolve().parents[1]
 

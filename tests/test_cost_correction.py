@@ -175,7 +175,8 @@ def test_a_risk_outside_0_to_1_is_a_one_line_error(risk: float) -> None:
 
 
 def test_the_retraining_trial_picks_the_best_network_measured_within_the_budget() -> None:
-    from nni_hwaware.report.search import _calibration, best_trial, measured_within
+    from nni_hwaware.measured import measured_within
+    from nni_hwaware.report.search import _calibration, best_trial
 
     trials = [{"arch": {"l0": "v3"}, "default": 0.95, "latency_ms": 5.5, "predicted_latency_ms": 4.0},
               {"arch": {"l0": "v2"}, "default": 0.90, "latency_ms": 4.5, "predicted_latency_ms": 3.5},
@@ -194,7 +195,8 @@ def test_the_retraining_trial_judges_the_budget_on_the_tables_scale_as_the_searc
     """A busy machine times every network slow; the search judges a result by its ratio to the reference
     times the table's reference latency, and the retraining trial must pick by the same judgement
     from the history it is sent, not by the raw milliseconds."""
-    from nni_hwaware.report.search import best_trial, measured_within
+    from nni_hwaware.measured import measured_within
+    from nni_hwaware.report.search import best_trial
     from nni_hwaware.strategies.ppo.records import TrialRecords
 
     records = TrialRecords()

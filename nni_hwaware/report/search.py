@@ -27,7 +27,7 @@ from nni_hwaware.files import read_json, write_json
 from nni_hwaware.measured import measured_cost, measured_within
 from nni_hwaware.training.results import ModelResult
 
-__all__ = ["best_trial", "measured_cost", "measured_within", "render_search_report", "write_retrain_report", "write_search_report"]
+__all__ = ["best_trial", "render_search_report", "write_retrain_report", "write_search_report"]
 
 
 def best_trial(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any] | None = None) -> Mapping[str, Any]:

@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.measured import measured_within, on_table_scale
 from nni_hwaware.trial.parameters import TrialParameters
 
 __all__ = ["main", "measure_then_train", "measured_costs", "over_budget", "retrain_metrics", "trial_metrics",
@@ -168,8 +169,6 @@ def measure_then_train(named: Any, arch: Mapping[str, Any], params: TrialParamet
 def over_budget(measured: Mapping[str, Any], params: TrialParameters) -> list[str]:
     """The budget's metrics ``measured`` is over, judged as the search judges a result (the latency on the
     table's scale: the ratio to the reference times the table's reference latency); none without a budget."""
-    from nni_hwaware.measured import measured_within, on_table_scale
-
     scaled = on_table_scale(measured, params.reference_table_latency_ms)
     return [metric for metric, limit in params.budget.items() if not measured_within(scaled, {metric: limit})]
 

@@ -132,13 +132,38 @@ def get_suite(name: str) -> Suite:
     return nb201.nb201_suite(_frame(), device, dataset, {"q0.33": 1 / 3, "q0.10": 0.1}[quantile])
 
 
+@cache
+def _proxy_column() -> np.ndarray:
+    """Every NB201 cell's zero-cost proxy score (``nb201_proxy.py``), in the data's row order."""
+    scores = pd.read_csv(DATA / "nb201_synflow.csv.gz")
+    if not (scores.arch_idx.to_numpy() == _frame().arch_idx.to_numpy()).all():
+        raise ValueError("data/nb201_synflow.csv.gz does not match data/nb201_hw.csv.gz; rerun nb201_proxy.py")
+    return scores.log_synflow.to_numpy(float)
+
+
+def proxy_lookup(suite: Suite, archs: list[dict[str, str]]) -> np.ndarray:
+    """The scores :class:`~nni_hwaware.zero_cost.ProxyScores` gives these NB201 cells (computed once, read here)."""
+    return _proxy_column()[[suite.rows[tuple(a[label] for label in suite.labels)] for a in archs]]
+
+
+def proxy_ms(cells: int = 40) -> float:
+    """Milliseconds the search would spend scoring one NB201 cell on the spot (``nb201_proxy.py``'s replica),
+    median over ``cells`` random cells."""
+    from nb201_proxy import REPLICA, REPLICA_INPUT, _score, nni_arch
+
+    rows = _frame()[list(nb201.EDGES)].to_dict("records")
+    picks = np.random.default_rng(0).choice(len(rows), size=cells, replace=False)
+    return float(np.median(_score(([nni_arch(rows[i]) for i in picks], REPLICA, REPLICA_INPUT))[1]))
+
+
 class CoreTuner(Tuner):
     """:class:`PPOSearch` behind NNI's Tuner calls (what PPOTuner does, without its files)."""
 
     def __init__(self, suite: Suite, ppo: dict[str, Any]) -> None:
         from nni_hwaware.strategies.ppo.core import PPOSearch
 
-        self.search = PPOSearch(suite.model, Budget(latency_ms=suite.budget_ms), PPOConfig.from_dict(ppo))
+        proxy = partial(proxy_lookup, suite) if suite.kind == "nb201" else None
+        self.search = PPOSearch(suite.model, Budget(latency_ms=suite.budget_ms), PPOConfig.from_dict(ppo), proxy=proxy)
         self.sent: dict[int, dict[str, str]] = {}
 
     def update_search_space(self, search_space: dict[str, Any]) -> None:
@@ -246,6 +271,9 @@ def run(tuner: Any, suite: Suite, max_trials: int, judge: str = "measured") -> d
         learn += time.perf_counter() - start
     out = summarise(sequence, suite, max_trials, decide, learn, judge)
     search = getattr(tuner, "search", None)
+    if search is not None and getattr(search, "proxy", None) is not None:
+        # networks the proxy scored: what computing it on the spot would add to the decisions
+        out["proxy_networks_per_decision"] = len(search._proxy_scores) / max(1, search.decisions)
     if search is not None and hasattr(search, "best"):
         reported = search.best()
         out["best_over_budget_measured"] = bool(
@@ -340,6 +368,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "proposals": trials,
             "decision_ms": statistics.median(r["decision_ms"] for r in runs),
             "result_ms": statistics.median(r["result_ms"] for r in runs), "runs": len(runs)}
+    if any("proxy_networks_per_decision" in r for r in runs):
+        out["proxy_networks_per_decision"] = statistics.mean(r.get("proxy_networks_per_decision", 0.0) for r in runs)
     if any("best_over_budget_measured" in r for r in runs):
         out["best_over_budget_measured_runs"] = sum(bool(r.get("best_over_budget_measured")) for r in runs)
     return out
@@ -394,6 +424,10 @@ def headline(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out["best_over_budget_measured_runs"] = sum(r.get("best_over_budget_measured_runs", 0) for r in ppo_runs)
     times = [r["ppo"]["decision_ms"] for r in suites.values() if isinstance(r.get("ppo"), dict)]
     out["decision_ms"] = statistics.median(times) if times else math.nan
+    scored = [r["ppo"]["proxy_networks_per_decision"] for name, r in suites.items()
+              if name.startswith("nb201") and isinstance(r.get("ppo"), dict) and "proxy_networks_per_decision" in r["ppo"]]
+    if scored:
+        out["proxy_networks_per_decision"] = statistics.mean(scored)
     out["beats_every_nni_tuner"] = all(beats.values()) if beats else None
     out["suites_not_beaten"] = [k for k, v in beats.items() if not v]
     return out
@@ -447,6 +481,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.out:
         Path(args.out).write_text(json.dumps(suites, indent=1))
     out = {"seeds": args.seeds, "judge": args.judge, "ppo_options": {**ppo}, "suites": suites, **headline(suites)}
+    if "proxy_networks_per_decision" in out:
+        # the NB201 runs read the proxy's scores; scoring them on the spot would add this much a decision
+        out["proxy_ms_per_network"] = proxy_ms()
+        out["decision_ms_proxy_on_the_spot"] = out["decision_ms"] + out["proxy_networks_per_decision"] * out[
+            "proxy_ms_per_network"]
     print(json.dumps(out))
     return out
 

@@ -7,7 +7,7 @@ Kept free of torch so that NNI's dispatcher can build the tuner quickly (see
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
@@ -73,6 +73,18 @@ class PPOConfig:
     (the logs of its latency, FLOPs and parameters), its weight (0 or 1) chosen by marginal
     likelihood with the length scale and noise: where accuracy grows with compute, the surrogate
     extrapolates it to architectures far from those tried (False: the Hamming kernel alone)."""
+    proxy: str = "synflow"
+    """A zero-cost proxy of accuracy (:mod:`nni_hwaware.zero_cost`) as one more feature of the surrogate's
+    trend: each network scored at initialisation, without data (one forward and backward pass,
+    cached), so that among networks of the same cost those that will train better stand out before
+    any is trained. ``synflow`` or ``none``. It needs the space's networks: the tuner and the
+    strategy build them; :class:`PPOSearch` alone is given the scores (its ``proxy`` argument)."""
+    proxy_space_args: Mapping[str, Any] | None = field(default=None, hash=False)
+    """Constructor arguments of the replica of the space the proxy scores (e.g.
+    ``{stem_out_channels: 8, num_modules_per_stack: 1}`` for ``nni:NasBench201``): a narrower,
+    shallower replica ranks the networks much the same in a fraction of the time. Default: the space as searched."""
+    proxy_input_shape: tuple[int, ...] | None = None
+    """Per-sample input shape the proxy scores with (e.g. ``[3, 16, 16]``); default: the space's."""
     ard: bool = True
     """The surrogate's Hamming kernel weighs each label by its own relevance, fitted by marginal
     likelihood (automatic relevance determination): where a few labels decide the accuracy, two
@@ -141,6 +153,16 @@ class PPOConfig:
         for name in ("update_every", "epochs", "hidden", "max_resample", "screen"):
             if getattr(self, name) < 1:
                 raise HwAwareError(f"PPO option {name} must be >= 1, got {getattr(self, name)}")
+        if self.proxy not in ("synflow", "none"):
+            raise HwAwareError(f"PPO option proxy must be 'synflow' or 'none', got {self.proxy!r}")
+        if self.proxy_space_args is not None and not isinstance(self.proxy_space_args, Mapping):
+            raise HwAwareError(f"PPO option proxy_space_args must be a mapping of constructor arguments, "
+                               f"got {self.proxy_space_args!r}")
+        shape = self.proxy_input_shape
+        if shape is not None and (not isinstance(shape, tuple | list) or not shape
+                                  or not all(isinstance(v, int) and v > 0 for v in shape)):
+            raise HwAwareError(f"PPO option proxy_input_shape must be per-sample sizes such as [3, 16, 16], "
+                               f"got {shape!r}")
         if self.margin_model not in ("gp", "conformal"):
             raise HwAwareError(f"PPO option margin_model must be 'gp' or 'conformal', got {self.margin_model!r}")
         if not 0.0 < self.delta < 1.0:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -96,7 +96,8 @@ class PPOSearch:
     """Asynchronous PPO over layer-by-layer decisions, screened by a surrogate; see the module docstring."""
 
     def __init__(self, model: SpaceCostModel, budget: Budget | None = None,
-                 config: PPOConfig | None = None) -> None:
+                 config: PPOConfig | None = None,
+                 proxy: Callable[[list[dict[str, str]]], np.ndarray] | None = None) -> None:
         # One class from here on: a model read from a block table of an earlier version is converted.
         self.model, self.budget = as_space_model(model)[0], budget or Budget()
         self.config = config or PPOConfig()
@@ -128,6 +129,9 @@ class PPOSearch:
         self.optimizer = (torch.optim.Adam if self.config.optimizer == "adam" else torch.optim.SGD)(
             self.policy.parameters(), lr=self.config.lr)
         self.generator = torch.Generator().manual_seed(self.config.seed)
+        #: The zero-cost proxy (``config.proxy``): architectures in, scores out (e.g. :class:`ProxyScores`).
+        self.proxy = proxy if c.proxy != "none" else None
+        self._proxy_scores: dict[tuple[int, ...], float] = {}
         self.surrogate = Surrogate(self.n_layers, self._trend_features if c.trend else None, ard=c.ard)
         self.pending: dict[tuple[int, ...], _Episode] = {}
         self.finished: list[_Episode] = []
@@ -460,10 +464,25 @@ class PPOSearch:
 
     def _trend_features(self, keys: np.ndarray) -> np.ndarray:
         """What the table predicts of each architecture, as the accuracy surrogate's linear features:
-        the logs of its latency, FLOPs and parameters."""
-        rows = [self.predicted(tuple(int(j) for j in k)) for k in keys]
-        return np.log(np.asarray([[r["latency_ms"], r["flops"] + 1.0, r["params"] + 1.0] for r in rows], dtype=float)
-                      .clip(min=1e-12))
+        the logs of its latency, FLOPs and parameters, and its zero-cost proxy's score where there is one."""
+        keys = [tuple(int(j) for j in k) for k in keys]
+        rows = [self.predicted(k) for k in keys]
+        features = np.log(np.asarray([[r["latency_ms"], r["flops"] + 1.0, r["params"] + 1.0] for r in rows],
+                                     dtype=float).clip(min=1e-12))
+        if self.proxy is None:
+            return features
+        return np.hstack([features, self.proxy_scores(keys)[:, None]])
+
+    def proxy_scores(self, keys: list[tuple[int, ...]]) -> np.ndarray:
+        """The zero-cost proxy's score of each architecture (its indices), asked once per architecture."""
+        missing = list(dict.fromkeys(k for k in keys if k not in self._proxy_scores))
+        if missing:
+            scores = np.asarray(self.proxy([self.arch_of(k) for k in missing]), dtype=float).reshape(-1)
+            if scores.shape != (len(missing),) or not np.isfinite(scores).all():
+                raise HwAwareError(f"the zero-cost proxy must give one finite score per architecture; it gave "
+                                   f"{scores.shape[0]} for {len(missing)} (non-finite: {int((~np.isfinite(scores)).sum())})")
+            self._proxy_scores.update(zip(missing, map(float, scores), strict=True))
+        return np.asarray([self._proxy_scores[k] for k in keys], dtype=float)
 
     def _fit_surrogate(self) -> None:
         if self.config.surrogate == "gp":

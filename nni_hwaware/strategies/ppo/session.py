@@ -55,6 +55,7 @@ class SearchSession:
     def __init__(self, job: SearchJob, named: Any, output_dir: Path, *, write_files: bool) -> None:
         self.job, self.named, self.output_dir, self.write_files = job, named, output_dir, write_files
         self.records, self.search, self.model = TrialRecords(), None, None
+        self.proxy: Any = None  # the zero-cost proxy's scores (ProxyScores), when the search uses one
         self.exhausted = False  # every architecture under the budget was proposed
         self.resumed: set[tuple[int, ...]] = set()  # in flight at a resume: NNI never reports their failure
 
@@ -68,7 +69,8 @@ class SearchSession:
         self.full = load_cost_model(self.named, self.job.cost, self.output_dir / "cost_table.csv")
         allowed = allowed_values(search_space, self.full.choices(), self.named.name)
         self.model, self.budget, self.reference = self.job.search_model(self.named, self.full, allowed)
-        self.search = PPOSearch(self.model, self.budget, self._ppo_config())
+        config = self._ppo_config()
+        self.search = PPOSearch(self.model, self.budget, config, proxy=self._proxy(config))
         state_file = self.job.state_file
         if initial_state is None and state_file and Path(state_file).exists():  # saved at every event: the newest
             initial_state = load_state(state_file)
@@ -211,6 +213,25 @@ class SearchSession:
                 config = dataclasses.replace(config, prior_margin=margin)
         return config
 
+    def _proxy(self, config: Any) -> Any:
+        """The zero-cost proxy's scores of the space's networks (None with ``proxy: none``), on the
+        replica ``proxy_space_args`` names."""
+        if config.proxy == "none":
+            return None
+        from nni_hwaware.zero_cost import ProxyScores
+
+        named = self.named
+        if config.proxy_space_args:
+            from nni_hwaware.spaces.resolve import resolve_space
+
+            if named.factory is None or named.config is not None:
+                raise HwAwareError(f"PPO option proxy_space_args needs a space built from its name with arguments "
+                                   f"(nni:<hub space> or module:callable); {named.name!r} is not")
+            named = resolve_space(named.name, **{**named.kwargs, **dict(config.proxy_space_args)},
+                                  input_shape=named.input_shape)
+        self.proxy = ProxyScores(named, config.proxy, input_shape=config.proxy_input_shape)
+        return self.proxy
+
     def _reference_latency(self) -> float:
         """The table's latency of the reference network: a result's measured ratio to it is its
         latency on the table's scale (:func:`~nni_hwaware.measured.on_table_scale`)."""
@@ -262,4 +283,6 @@ class SearchSession:
         return {**self.records.stats(search.decisions, search.decision_seconds, len(search.history.order),
                                      len(search.pending)),
                 "measured_over_budget": search.measured_over_budget(),
-                "cost_correction": search.correction.summary() if search.correction is not None else None}
+                "cost_correction": search.correction.summary() if search.correction is not None else None,
+                "proxy": None if self.proxy is None else {"proxy": self.proxy.proxy, "networks": self.proxy.computed,
+                                                          "ms_per_network": round(self.proxy.mean_ms(), 2)}}

@@ -1,0 +1,121 @@
+"""Zero-cost proxies: how well a network will train, guessed at initialisation without data.
+
+:func:`synflow` is SynFlow (Tanaka et al. 2020; as a NAS proxy, Abdelfattah et al. 2021):
+every weight made positive, an all-ones input, the output summed and back-propagated; the
+score is the sum over all parameters of ``|weight x gradient|`` (the "synaptic flow"
+through the network). It costs one forward and one backward pass of one sample.
+
+:class:`ProxyScores` scores the networks of any NNI model space, cached per architecture,
+as the log of :func:`synflow` (``log(1 + score)``). The PPO search adds it to its accuracy
+surrogate's trend beside the table's costs (``PPOConfig.proxy``): among networks of the same
+cost it tells apart those that train better, which the costs cannot.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from nni_hwaware.errors import HwAwareError
+
+__all__ = ["PROXIES", "ProxyScores", "synflow"]
+
+#: The proxies :class:`ProxyScores` computes ("none": no proxy).
+PROXIES = ("synflow", "none")
+
+
+def synflow(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, in_place: bool = False) -> float:
+    """The SynFlow score of ``module`` (module docstring); ``example_input`` is a tensor or a shape.
+
+    The module is scored in float64 in eval mode (batch norm at its running statistics) with its
+    weights' absolute values, on a copy of it (``in_place``: on the module itself, which it changes).
+    """
+    shape = tuple(example_input.shape) if isinstance(example_input, torch.Tensor) else tuple(example_input)
+    if not shape or not all(isinstance(v, int) and v > 0 for v in shape):
+        raise HwAwareError(f"synflow needs an input shape of positive sizes such as (1, 3, 32, 32), got {shape}")
+    network = module if in_place else copy.deepcopy(module)
+    network.double().eval()
+    with torch.no_grad():
+        for p in network.parameters():
+            p.abs_()
+            p.grad = None
+    with torch.enable_grad():
+        out = network(torch.ones(shape, dtype=torch.float64))
+        if isinstance(out, tuple | list):
+            out = out[0]
+        out.sum().backward()
+    score = float(sum((p * p.grad).abs().sum() for p in network.parameters() if p.grad is not None))
+    if not math.isfinite(score):
+        raise HwAwareError(f"the SynFlow score of a {type(module).__name__} overflowed float64; score a narrower "
+                           "or shallower replica of the space (PPO option proxy_space_args)")
+    return score
+
+
+class ProxyScores:
+    """A zero-cost proxy of each network of a space, cached per architecture (module docstring).
+
+    ``named`` is the resolved space (:func:`~nni_hwaware.spaces.resolve.resolve_space`); its networks
+    are built afresh (seed 0) and scored with an input of ``input_shape`` (default: the space's). A
+    replica of the space (fewer channels or cells, a smaller input) ranks the networks much the same
+    in a fraction of the time. Calling it with architectures (``{label: value}``) gives their
+    log-scores; :attr:`seconds` and :attr:`computed` say what computing them cost.
+    """
+
+    def __init__(self, named: Any, proxy: str = "synflow", input_shape: Sequence[int] | None = None) -> None:
+        if proxy not in PROXIES or proxy == "none":
+            raise HwAwareError(f"unknown zero-cost proxy {proxy!r}; choose one of {[p for p in PROXIES if p != 'none']}")
+        self.named, self.proxy = named, proxy
+        self.input_shape = tuple(int(v) for v in (input_shape or named.input_shape))
+        self.labels = list(named.choices())
+        self.cache: dict[tuple[str, ...], float] = {}
+        self.seconds = 0.0
+        self.computed = 0
+
+    def _key(self, arch: Mapping[str, Any]) -> tuple[str, ...]:
+        return tuple(str(arch[label]) for label in self.labels)
+
+    def __call__(self, archs: Iterable[Mapping[str, Any]]) -> np.ndarray:
+        out = []
+        for arch in archs:
+            key = self._key(arch)
+            if key not in self.cache:
+                start = time.perf_counter()
+                self.cache[key] = math.log1p(synflow(self.build(arch), (1, *self.input_shape), in_place=True))
+                self.seconds += time.perf_counter() - start
+                self.computed += 1
+            out.append(self.cache[key])
+        return np.asarray(out, dtype=float)
+
+    def build(self, arch: Mapping[str, Any]) -> nn.Module:
+        """The network of ``arch``, weights from seed 0 (torch's global random state untouched).
+
+        A space built by a constructor is built under NNI's ``model_context`` (what NNI's
+        ``freeze`` does after building the whole space: only the chosen modules are made).
+        """
+        sample = self.named.check_architecture(arch)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            if self.named.factory is not None and self.named.config is None:
+                from nni.nas.space import model_context
+
+                with model_context(sample):
+                    network = self.named.factory()
+                if not _has_choices(network):
+                    return network
+            return self.named.build(sample)
+
+    def mean_ms(self) -> float:
+        """Milliseconds per network scored (build and score)."""
+        return 1000 * self.seconds / max(1, self.computed)
+
+
+def _has_choices(network: nn.Module) -> bool:
+    simplify = getattr(network, "simplify", None)
+    return bool(simplify()) if callable(simplify) else False

@@ -17,6 +17,7 @@ import copy
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,8 @@ def synflow(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, i
         if isinstance(out, tuple | list):
             out = out[0]
         out.sum().backward()
-    score = float(sum((p * p.grad).abs().sum() for p in network.parameters() if p.grad is not None))
+    with torch.no_grad():
+        score = float(sum((p * p.grad).abs().sum() for p in network.parameters() if p.grad is not None))
     if not math.isfinite(score):
         raise HwAwareError(f"the SynFlow score of a {type(module).__name__} overflowed float64; score a narrower "
                            "or shallower replica of the space (PPO option proxy_space_args)")
@@ -110,6 +112,45 @@ class ProxyScores:
                 if not _has_choices(network):
                     return network
             return self.named.build(sample)
+
+    def save(self, path: str | Path) -> None:
+        """Write the scores so far as CSV (one column per label, then ``log_score``), atomically."""
+        import csv
+
+        from nni_hwaware.files import atomic_open
+
+        with atomic_open(path, "w") as fh:
+            writer = csv.writer(fh)
+            writer.writerow([*self.labels, "log_score", "proxy"])
+            for key, value in self.cache.items():
+                writer.writerow([*key, repr(value), self.proxy])
+
+    def load(self, path: str | Path) -> int:
+        """Add the scores :meth:`save` wrote (of this space and proxy); returns how many were read."""
+        import csv
+
+        try:
+            with open(path, encoding="utf-8", newline="") as fh:
+                rows = list(csv.DictReader(fh))
+        except OSError as err:
+            raise HwAwareError(f"cannot read proxy scores {path}: {err.strerror or err}") from None
+        need = [*self.labels, "log_score"]
+        if rows and (missing := [c for c in need if c not in rows[0]]):
+            raise HwAwareError(f"proxy scores {path} lack columns {missing}; they are of another space "
+                               f"(this one's labels: {self.labels})")
+        read = 0
+        for n, row in enumerate(rows, start=2):
+            if row.get("proxy", self.proxy) != self.proxy:
+                raise HwAwareError(f"proxy scores {path} line {n} are of proxy {row['proxy']!r}, not {self.proxy!r}")
+            try:
+                value = float(row["log_score"])
+            except (TypeError, ValueError):
+                value = math.nan
+            if not math.isfinite(value):
+                raise HwAwareError(f"proxy scores {path} line {n}: log_score {row['log_score']!r} is not a number")
+            self.cache[tuple(str(row[label]) for label in self.labels)] = value
+            read += 1
+        return read
 
     def mean_ms(self) -> float:
         """Milliseconds per network scored (build and score)."""

@@ -85,6 +85,10 @@ class PPOConfig:
     shallower replica ranks the networks much the same in a fraction of the time. Default: the space as searched."""
     proxy_input_shape: tuple[int, ...] | None = None
     """Per-sample input shape the proxy scores with (e.g. ``[3, 16, 16]``); default: the space's."""
+    proxy_scores: str | None = None
+    """A CSV of proxy scores to start from (the ``proxy_scores.csv`` a search of the same space and
+    replica wrote beside its report): networks scored there are not scored again. A search also reads
+    its own folder's file when it resumes."""
     ard: bool = True
     """The surrogate's Hamming kernel weighs each label by its own relevance, fitted by marginal
     likelihood (automatic relevance determination): where a few labels decide the accuracy, two

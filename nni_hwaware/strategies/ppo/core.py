@@ -25,6 +25,11 @@ list is searched directly: a proposal is refused only when every feasible
 architecture is tried or in flight. A failed trial gets ``failure_reward``, as does one whose
 measured costs are over the budget (its accuracy is no reward: the network does not fit the chip).
 
+The surrogate's trend is what the table predicts of each architecture (the logs of its latency,
+FLOPs and parameters) and, where the search is given one (``proxy``), a zero-cost proxy of its
+accuracy (:mod:`nni_hwaware.zero_cost`: each network scored at initialisation, asked once per
+architecture, its cost counted in the decision time).
+
 With ``correct`` (the default) the table is a prior: the costs each result measured fit a
 correction (:mod:`~nni_hwaware.strategies.correction`), a draw must fit the budget by its
 corrected prediction times a margin, and each proposal's probability of measuring over the

@@ -35,6 +35,8 @@ from nni_hwaware.strategies.ppo.records import (
 __all__ = ["NoProposal", "SearchFailed", "SearchSession"]
 
 _logger = logging.getLogger("nni_hwaware.ppo")
+#: The zero-cost proxy's scores, beside the report (PPO option ``proxy_scores`` reads one back).
+PROXY_SCORES = "proxy_scores.csv"
 
 
 class NoProposal(Exception):
@@ -230,6 +232,12 @@ class SearchSession:
             named = resolve_space(named.name, **{**named.kwargs, **dict(config.proxy_space_args)},
                                   input_shape=named.input_shape)
         self.proxy = ProxyScores(named, config.proxy, input_shape=config.proxy_input_shape)
+        for path in (config.proxy_scores, self.output_dir / PROXY_SCORES if self.write_files else None):
+            if path and Path(path).is_file():  # scored before (by another search, or before a resume)
+                _logger.info("read %d zero-cost proxy scores from %s", self.proxy.load(path), path)
+            elif path and path == config.proxy_scores:
+                raise HwAwareError(f"PPO option proxy_scores: no file {path}; give a proxy_scores.csv a search wrote")
+        self._proxy_saved = len(self.proxy.cache)
         return self.proxy
 
     def _reference_latency(self) -> float:
@@ -274,6 +282,9 @@ class SearchSession:
 
     def _save(self) -> None:
         self._save_state()
+        if self.write_files and self.proxy is not None and len(self.proxy.cache) > self._proxy_saved:
+            self.proxy.save(self.output_dir / PROXY_SCORES)  # a resumed or later search need not score them again
+            self._proxy_saved = len(self.proxy.cache)
         if self.search is not None and self.write_files:
             write_json(self.output_dir / "trials.json", self.records.results)
             write_json(self.output_dir / "tuner_stats.json", self.stats())

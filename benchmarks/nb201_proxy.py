@@ -1,18 +1,18 @@
 """The zero-cost proxy (SynFlow) of every NAS-Bench-201 cell, as the search would compute it.
 
 Each of the 15,625 cells is built as NNI's ``NasBench201`` hub space builds it
-(``nni:NasBench201``; its labels ``cell/<from>_<to>``, ``edge_<to>_<from>`` in the data) and
-scored with :class:`nni_hwaware.zero_cost.ProxyScores`, the same call the PPO tuner makes, on
-the replica ``PPOConfig.proxy_space_args`` / ``proxy_input_shape`` name (default: 8 channels,
-one cell per stage, 16 x 16 inputs). The scores go to ``data/nb201_synflow.csv.gz``
-(``arch_idx``, ``log_synflow``), which :mod:`search_efficiency` gives the PPO core in place of
-computing them again in every run; its decision times then leave the proxy out, and this
-script's figures say what it adds.
+(``nni:NasBench201``: 16 channels, five cells per stage, 32 x 32 inputs; its labels
+``cell/<from>_<to>``, ``edge_<to>_<from>`` in the data) and scored with
+:class:`nni_hwaware.zero_cost.ProxyScores`, the same call the PPO tuner makes by default. The
+scores go to ``data/nb201_synflow.csv.gz`` (``arch_idx``, ``log_synflow``), which
+:mod:`search_efficiency` gives the PPO core in place of computing them again in every run; its
+decision times then leave the proxy out, and this script's figures say what it adds.
 
-It also scores ``--check`` random cells at the space's own size (16 channels, five cells per
-stage, 32 x 32) and prints the rank correlation of the two. The last line is one JSON object:
-milliseconds per cell (build and score; median and 90th percentile) for both, and the Spearman
-correlation.
+It also scores ``--check`` random cells on a shallow replica (8 channels, one cell per stage,
+16 x 16) and says how well it stands in: the rank correlation of the two scores, and the
+correlation of what each adds beside the costs (the residuals of a least-squares fit on the logs
+of FLOPs, parameters and two devices' latencies), which is what the search uses. The last line is
+one JSON object: milliseconds per cell (build and score; median and 90th percentile) of both.
 
     python benchmarks/nb201_proxy.py --jobs 2
 """
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import nb201
 
 OUT = Path(__file__).parent / "data" / "nb201_synflow.csv.gz"
-#: The replica the benchmark's scores come from (the PPO options of the same names).
+#: The shallow replica the check compares with (PPO options ``proxy_space_args`` / ``proxy_input_shape``).
 REPLICA = {"stem_out_channels": 8, "num_modules_per_stack": 1}
 REPLICA_INPUT = (3, 16, 16)
 _OPS = {"nor_conv_1x1": "conv_1x1", "nor_conv_3x3": "conv_3x3"}
@@ -77,33 +77,42 @@ def score_all(archs: list[dict[str, str]], space_args: dict[str, Any], input_sha
     return (np.concatenate([np.asarray(v) for v, _ in parts]), np.concatenate([np.asarray(t) for _, t in parts]))
 
 
+def _beside_costs(frame: pd.DataFrame, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """What ``values`` add beside the costs: residuals of least squares on the logs of the cells' costs."""
+    costs = np.column_stack([np.ones(len(rows)), *(np.log(frame[c].to_numpy(float)[rows]) for c in (
+        "flops_M_computed", "params_M_computed", "latency_ms_titan_rtx_1", "latency_ms_silver_4114"))])
+    coef, *_ = np.linalg.lstsq(costs, values, rcond=None)
+    return values - costs @ coef
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--check", type=int, default=200, help="random cells also scored at full size")
+    parser.add_argument("--check", type=int, default=400, help="random cells also scored on the shallow replica")
     parser.add_argument("--limit", type=int, help="score only the first N cells (a quick look; writes nothing)")
     args = parser.parse_args(argv)
     frame = nb201.load()
     rows = frame[list(nb201.EDGES)].to_dict("records")
     archs = [nni_arch(r) for r in rows[: args.limit]]
-    replica, replica_ms = score_all(archs, REPLICA, REPLICA_INPUT, args.jobs)
+    scores, scores_ms = score_all(archs, {}, None, args.jobs)
     if args.limit is None:
         from nni_hwaware.files import atomic_open
 
-        table = pd.DataFrame({"arch_idx": frame.arch_idx[: len(replica)], "log_synflow": replica})
+        table = pd.DataFrame({"arch_idx": frame.arch_idx[: len(scores)], "log_synflow": scores})
         with atomic_open(OUT, "wb") as fh:
             table.to_csv(fh, index=False, compression={"method": "gzip", "mtime": 0}, float_format="%.10g")
     picks = np.random.default_rng(0).choice(len(archs), size=min(args.check, len(archs)), replace=False)
-    full, full_ms = score_all([archs[i] for i in picks], {}, None, args.jobs, chunk=25)
+    replica, replica_ms = score_all([archs[i] for i in picks], REPLICA, REPLICA_INPUT, args.jobs, chunk=50)
     from scipy.stats import spearmanr
 
-    result = {"cells": len(archs), "replica": {**REPLICA, "input_shape": list(REPLICA_INPUT)},
+    result = {"cells": len(archs), "ms_median": round(float(np.median(scores_ms)), 2),
+              "ms_p90": round(float(np.percentile(scores_ms, 90)), 2),
+              "replica": {**REPLICA, "input_shape": list(REPLICA_INPUT)}, "checked_cells": len(picks),
               "replica_ms_median": round(float(np.median(replica_ms)), 2),
-              "replica_ms_p90": round(float(np.percentile(replica_ms, 90)), 2),
-              "full_ms_median": round(float(np.median(full_ms)), 2),
-              "full_ms_p90": round(float(np.percentile(full_ms, 90)), 2),
-              "spearman_replica_vs_full": round(float(spearmanr(replica[picks], full).statistic), 4),
-              "checked_cells": len(picks), "written": None if args.limit else str(OUT.name)}
+              "replica_spearman": round(float(spearmanr(replica, scores[picks]).statistic), 4),
+              "replica_beside_costs_correlation": round(float(np.corrcoef(
+                  _beside_costs(frame, replica, picks), _beside_costs(frame, scores[picks], picks))[0, 1]), 4),
+              "written": None if args.limit else str(OUT.name)}
     print(json.dumps(result))
     return result
 

@@ -146,14 +146,14 @@ def proxy_lookup(suite: Suite, archs: list[dict[str, str]]) -> np.ndarray:
     return _proxy_column()[[suite.rows[tuple(a[label] for label in suite.labels)] for a in archs]]
 
 
-def proxy_ms(cells: int = 40) -> float:
-    """Milliseconds the search would spend scoring one NB201 cell on the spot (``nb201_proxy.py``'s replica),
+def proxy_ms(cells: int = 20) -> float:
+    """Milliseconds the search would spend scoring one NB201 cell on the spot (``nb201_proxy.py``),
     median over ``cells`` random cells."""
-    from nb201_proxy import REPLICA, REPLICA_INPUT, _score, nni_arch
+    from nb201_proxy import _score, nni_arch
 
     rows = _frame()[list(nb201.EDGES)].to_dict("records")
     picks = np.random.default_rng(0).choice(len(rows), size=cells, replace=False)
-    return float(np.median(_score(([nni_arch(rows[i]) for i in picks], REPLICA, REPLICA_INPUT))[1]))
+    return float(np.median(_score(([nni_arch(rows[i]) for i in picks], {}, None))[1]))
 
 
 class CoreTuner(Tuner):

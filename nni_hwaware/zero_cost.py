@@ -36,12 +36,13 @@ def synflow(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, i
     """The SynFlow score of ``module`` (module docstring); ``example_input`` is a tensor or a shape.
 
     The module is scored in float64 in eval mode (batch norm at its running statistics) with its
-    weights' absolute values, on a copy of it (``in_place``: on the module itself, which it changes).
+    weights' absolute values and its clipping activations (ReLU6, hard tanh) as ReLU, on a copy of it (``in_place``: on the module itself, which it changes).
     """
     shape = tuple(example_input.shape) if isinstance(example_input, torch.Tensor) else tuple(example_input)
     if not shape or not all(isinstance(v, int) and v > 0 for v in shape):
         raise HwAwareError(f"synflow needs an input shape of positive sizes such as (1, 3, 32, 32), got {shape}")
     network = module if in_place else copy.deepcopy(module)
+    _linearise(network)
     network.double().eval()
     with torch.no_grad():
         for p in network.parameters():
@@ -58,6 +59,20 @@ def synflow(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, i
         raise HwAwareError(f"the SynFlow score of a {type(module).__name__} overflowed float64; score a narrower "
                            "or shallower replica of the space (PPO option proxy_space_args)")
     return score
+
+
+#: Activations that clip, scored as ReLU: with positive weights and an all-ones input a ReLU network
+#: is linear, which is what SynFlow measures; ReLU6 would cut the flow wherever an activation passed 6.
+#: Gates (sigmoid, hard-sigmoid) stay: bounded, they keep a squeeze-and-excitation block's product finite.
+_CLIPPING = (nn.ReLU6, nn.Hardtanh, nn.Tanh)
+
+
+def _linearise(network: nn.Module) -> None:
+    for name, child in list(network.named_children()):
+        if isinstance(child, _CLIPPING):
+            setattr(network, name, nn.ReLU())
+        else:
+            _linearise(child)
 
 
 class ProxyScores:

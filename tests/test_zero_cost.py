@@ -43,6 +43,17 @@ def test_synflow_counts_only_the_paths_that_reach_the_output() -> None:
         synflow(Cut(), (1, 0))
 
 
+def test_clipping_activations_are_scored_as_relu() -> None:
+    """ReLU6 would cut the flow wherever an activation passed 6; scored as ReLU, the network is linear."""
+    torch.manual_seed(0)
+    clipped = nn.Sequential(nn.Linear(4, 8, bias=False), nn.ReLU6(), nn.Linear(8, 2, bias=False))
+    with torch.no_grad():
+        clipped[0].weight.mul_(20.0)  # activations of about 20-40: ReLU6 would clip every one
+    plain = nn.Sequential(clipped[0], nn.ReLU(), clipped[2])
+    assert synflow(clipped, (1, 4)) == synflow(plain, (1, 4)) > 0
+    assert isinstance(clipped[1], nn.ReLU6)  # scored on a copy
+
+
 @pytest.fixture(scope="module")
 def nb201_replica():
     from nni_hwaware.spaces.resolve import resolve_space

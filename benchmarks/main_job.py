@@ -9,7 +9,8 @@ search trials over each budget as measured and as predicted (and how many were m
 before training and not trained, against the median seconds a search trial trains), the median measured /
 predicted latency of the trials, and the retrained best network against the retrained
 baseline: test accuracy, the latency ratio timed in shared rounds with its 95 % interval, the measured
-memory ratio, the predicted ratios, and any warning the comparison raised.
+memory ratio, the predicted ratios, and any warning the comparison raised; the search's mean
+milliseconds per decision and the zero-cost proxy's networks scored and milliseconds per network.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def main() -> None:
         reports = sorted(Path(tmp).glob("nni-experiments/*/hwaware/report/results.json"))
         report = json.loads(reports[0].read_text()) if reports else {}
         budget = report.get("budget", {})
+        stats_files = sorted(Path(tmp).glob("nni-experiments/*/hwaware/tuner_stats.json"))
+        stats = json.loads(stats_files[0].read_text()) if stats_files else {}
         # latency judged as the report judges it: on the table's scale where the trial has it (its ratio
         # to the reference times the table's reference latency), which a busy machine does not move
         # (the report's trials carry it; NNI's metrics are what the trials reported)
@@ -81,6 +84,9 @@ def main() -> None:
             "memory_ratio": final.get("memory_ratio"), "predicted_latency_ratio": measured.get("predicted_latency_ratio"),
             "predicted_memory_ratio": measured.get("predicted_memory_ratio"), "warnings": measured.get("warnings", []),
             "cost_correction": report.get("correction"),
+            # the search's decisions, the zero-cost proxy's scoring on the spot included, and the proxy's cost
+            "decision_ms": 1000 * stats["decision_seconds"] / stats["decisions"] if stats.get("decisions") else None,
+            "proxy": stats.get("proxy"),
         }))
 
 

@@ -14,6 +14,7 @@ cost it tells apart those that train better, which the costs cannot.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -91,9 +92,23 @@ class ProxyScores:
         self.named, self.proxy = named, proxy
         self.input_shape = tuple(int(v) for v in (input_shape or named.input_shape))
         self.labels = list(named.choices())
+        #: What the scores are of: the space, its constructor arguments and the input (saved with them).
+        self.replica = json.dumps({"space": str(named.name), "space_args": named.kwargs,
+                                   "input_shape": list(self.input_shape)}, sort_keys=True, default=str)
         self.cache: dict[tuple[str, ...], float] = {}
         self.seconds = 0.0
         self.computed = 0
+
+    def check(self, arch: Mapping[str, Any]) -> float:
+        """Score ``arch`` (e.g. the reference network, before a search) and say in one line why it cannot be."""
+        try:
+            return float(self([arch])[0])
+        except HwAwareError:
+            raise
+        except Exception as err:  # a user's space can fail in any way: one line says where
+            raise HwAwareError(f"the zero-cost proxy cannot score a network of {self.named.name!r} with inputs of "
+                               f"{list(self.input_shape)}: {type(err).__name__}: {' '.join(str(err).split())[:200]}; "
+                               "check proxy_input_shape and proxy_space_args, or set proxy: none") from None
 
     def _key(self, arch: Mapping[str, Any]) -> tuple[str, ...]:
         return tuple(str(arch[label]) for label in self.labels)
@@ -136,9 +151,9 @@ class ProxyScores:
 
         with atomic_open(path, "w") as fh:
             writer = csv.writer(fh)
-            writer.writerow([*self.labels, "log_score", "proxy"])
+            writer.writerow([*self.labels, "log_score", "proxy", "replica"])
             for key, value in self.cache.items():
-                writer.writerow([*key, repr(value), self.proxy])
+                writer.writerow([*key, repr(value), self.proxy, self.replica])
 
     def load(self, path: str | Path) -> int:
         """Add the scores :meth:`save` wrote (of this space and proxy); returns how many were read."""
@@ -155,8 +170,10 @@ class ProxyScores:
                                f"(this one's labels: {self.labels})")
         read = 0
         for n, row in enumerate(rows, start=2):
-            if row.get("proxy", self.proxy) != self.proxy:
-                raise HwAwareError(f"proxy scores {path} line {n} are of proxy {row['proxy']!r}, not {self.proxy!r}")
+            if row.get("proxy", self.proxy) != self.proxy or row.get("replica", self.replica) != self.replica:
+                raise HwAwareError(f"proxy scores {path} line {n} are of {row.get('proxy')} on {row.get('replica')}, "
+                                   f"not of {self.proxy} on {self.replica}; score afresh (delete the file) or give "
+                                   "the options they were scored with")
             try:
                 value = float(row["log_score"])
             except (TypeError, ValueError):

@@ -154,10 +154,13 @@ def test_the_search_asks_the_proxy_once_per_architecture_and_checks_its_answers(
 @pytest.mark.parametrize(("options", "message"), [
     ({"proxy": "snip"}, "proxy must be 'synflow' or 'none'"),
     ({"proxy_input_shape": [3, 0, 16]}, "proxy_input_shape must be per-sample sizes"),
-    ({"proxy_space_args": [1, 2]}, "proxy_space_args must be a mapping")])
+    ({"proxy_space_args": [1, 2]}, "proxy_space_args must be a mapping"),
+    ({"proxy_space_args": {"input_shape": [3, 8, 8]}}, r"not \['input_shape'\]; give the proxy's input shape"),
+    ({"proxy_input_shape": [True, 8, 8]}, "proxy_input_shape must be per-sample sizes")])
 def test_bad_proxy_options_are_one_line_errors(options: dict, message: str) -> None:
     with pytest.raises(HwAwareError, match=message):
         PPOConfig.from_dict(options)
+    assert PPOConfig(proxy_input_shape=[3, 8, 8]).proxy_input_shape == (3, 8, 8)  # from Python too
 
 
 def test_proxy_scores_round_trip_through_their_file_and_refuse_another_spaces(nb201_replica, tmp_path) -> None:
@@ -200,3 +203,48 @@ def test_the_tuner_scores_the_networks_it_screens_and_keeps_the_scores_for_a_res
         tiny_tuner(tmp_path / "x", ppo={"proxy_scores": str(tmp_path / "missing.csv")})
     with pytest.raises(HwAwareError, match="proxy_space_args needs a space built from its name"):
         tiny_tuner(tmp_path / "y", ppo={"proxy_space_args": {"width": 2}})
+
+
+def test_scores_of_another_replica_are_refused_and_a_bad_replica_fails_before_the_search(
+        nb201_replica, tmp_path, monkeypatch) -> None:
+    from handmade import tiny_tuner
+
+    scores = ProxyScores(nb201_replica, input_shape=(3, 8, 8))
+    scores([_cell("conv_3x3")])
+    scores.save(tmp_path / "proxy_scores.csv")
+    with pytest.raises(HwAwareError, match=r"not of synflow on .*16, 16"):
+        ProxyScores(nb201_replica, input_shape=(3, 16, 16)).load(tmp_path / "proxy_scores.csv")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(HwAwareError, match=r"cannot score a network of .* with inputs of \[5, 8, 8\]: RuntimeError"):
+        tiny_tuner(tmp_path / "z", ppo={"proxy_input_shape": [5, 8, 8]})
+
+
+def test_the_proxys_time_counts_as_decision_time_wherever_it_is_asked() -> None:
+    import time as clock
+
+    model, budget, accuracy = _interaction_toy()
+
+    def slow(archs: list[dict[str, str]]) -> np.ndarray:
+        clock.sleep(0.01 * len(archs))
+        return np.zeros(len(archs))
+
+    search = PPOSearch(model, budget, PPOConfig(seed=0), proxy=slow)
+    archs = [dict(zip(search.labels, (f"o{(i + j) % 5}" for j in range(6)), strict=True)) for i in range(5)]
+    for arch in archs:  # results the search did not propose (an import): scored when the surrogate fits
+        search.tell(arch, {"default": accuracy(search.actions_of(arch))})
+    assert search.decisions == 0 and search.decision_seconds >= 0.05
+
+
+def test_a_state_saved_before_the_proxy_options_existed_resumes() -> None:
+    model, budget, _ = _interaction_toy()
+    search = PPOSearch(model, budget, PPOConfig(seed=0, proxy="none"))
+    arch = search.ask()
+    search.tell(arch, {"default": 1.0})
+    state = search.state_dict()
+    for key in ("proxy", "proxy_space_args", "proxy_input_shape", "proxy_scores"):
+        state["config"].pop(key)
+    resumed = PPOSearch(model, budget, PPOConfig(seed=0))  # the proxy on, as the old state's default reads
+    resumed.load_state_dict(state)
+    assert len(resumed.history.order) == 1
+    with pytest.raises(HwAwareError, match="made with other options"):
+        PPOSearch(model, budget, PPOConfig(seed=0, risk=0.02)).load_state_dict(state)

@@ -162,11 +162,17 @@ class PPOConfig:
         if self.proxy_space_args is not None and not isinstance(self.proxy_space_args, Mapping):
             raise HwAwareError(f"PPO option proxy_space_args must be a mapping of constructor arguments, "
                                f"got {self.proxy_space_args!r}")
+        if self.proxy_space_args and (options := sorted({"input_shape", "num_classes", "dataset", "reference"}
+                                                        & set(self.proxy_space_args))):
+            raise HwAwareError(f"PPO option proxy_space_args takes the space's constructor arguments, not {options}; "
+                               "give the proxy's input shape as proxy_input_shape")
         shape = self.proxy_input_shape
-        if shape is not None and (not isinstance(shape, tuple | list) or not shape
-                                  or not all(isinstance(v, int) and v > 0 for v in shape)):
+        if shape is not None and (not isinstance(shape, tuple | list) or not shape or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape)):
             raise HwAwareError(f"PPO option proxy_input_shape must be per-sample sizes such as [3, 16, 16], "
                                f"got {shape!r}")
+        if shape is not None:
+            object.__setattr__(self, "proxy_input_shape", tuple(shape))
         if self.margin_model not in ("gp", "conformal"):
             raise HwAwareError(f"PPO option margin_model must be 'gp' or 'conformal', got {self.margin_model!r}")
         if not 0.0 < self.delta < 1.0:

@@ -28,7 +28,7 @@ measured costs are over the budget (its accuracy is no reward: the network does 
 The surrogate's trend is what the table predicts of each architecture (the logs of its latency,
 FLOPs and parameters) and, where the search is given one (``proxy``), a zero-cost proxy of its
 accuracy (:mod:`nni_hwaware.zero_cost`: each network scored at initialisation, asked once per
-architecture, its cost counted in the decision time).
+architecture, its cost counted in the decision time, also where a result or a resume asks it).
 
 With ``correct`` (the default) the table is a prior: the costs each result measured fit a
 correction (:mod:`~nni_hwaware.strategies.correction`), a draw must fit the budget by its
@@ -137,6 +137,7 @@ class PPOSearch:
         #: The zero-cost proxy (``config.proxy``): architectures in, scores out (e.g. :class:`ProxyScores`).
         self.proxy = proxy if c.proxy != "none" else None
         self._proxy_scores: dict[tuple[int, ...], float] = {}
+        self._asking = False
         self.surrogate = Surrogate(self.n_layers, self._trend_features if c.trend else None, ard=c.ard)
         self.pending: dict[tuple[int, ...], _Episode] = {}
         self.finished: list[_Episode] = []
@@ -313,10 +314,12 @@ class PPOSearch:
 
     def _ask(self) -> dict[str, str] | None:
         start = time.perf_counter()
+        self._asking = True
         try:
             key = self._propose()
             return None if key is None else self.arch_of(key)
         finally:
+            self._asking = False
             self.decision_seconds += time.perf_counter() - start
             self.decisions += 1
 
@@ -482,7 +485,10 @@ class PPOSearch:
         """The zero-cost proxy's score of each architecture (its indices), asked once per architecture."""
         missing = list(dict.fromkeys(k for k in keys if k not in self._proxy_scores))
         if missing:
+            start = time.perf_counter()
             scores = np.asarray(self.proxy([self.arch_of(k) for k in missing]), dtype=float).reshape(-1)
+            if not self._asking:  # scored for a result (warm-up, resume): counted as decision time too
+                self.decision_seconds += time.perf_counter() - start
             if scores.shape != (len(missing),) or not np.isfinite(scores).all():
                 raise HwAwareError(f"the zero-cost proxy must give one finite score per architecture; it gave "
                                    f"{scores.shape[0]} for {len(missing)} (non-finite: {int((~np.isfinite(scores)).sum())})")
@@ -632,7 +638,8 @@ class PPOSearch:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`; architectures that were in flight stay pending (not proposed again)."""
-        if state["config"] != asdict(self.config):
+        defaults = asdict(PPOConfig())  # a state saved before an option existed: it had the option's default
+        if {**{k: v for k, v in defaults.items() if k not in state["config"]}, **state["config"]} != asdict(self.config):
             raise HwAwareError("the saved PPO state was made with other options; resume with the same config")
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -654,6 +661,6 @@ class PPOSearch:
         for episode, (_, reward) in zip(self.finished, state["finished"], strict=True):
             episode.reward = reward
         self.updates = int(state["updates"])
-        self._fit_surrogate()
         self.decisions = int(state.get("decisions", 0))
         self.decision_seconds = float(state.get("decision_seconds", 0.0))
+        self._fit_surrogate()  # the proxy's scores of the results, where not read back, count as decision time

@@ -216,10 +216,11 @@ class SearchSession:
         return config
 
     def _proxy(self, config: Any) -> Any:
-        """The zero-cost proxy's scores of the space's networks (None with ``proxy: none``), on the
-        replica ``proxy_space_args`` names."""
-        if config.proxy == "none":
+        """The zero-cost proxy's scores of the space's networks, on the replica ``proxy_space_args`` names
+        (None with ``proxy: none``, or where no surrogate trend would use them)."""
+        if config.proxy == "none" or not config.trend or config.surrogate != "gp":
             return None
+        from nni_hwaware.strategies.ppo import workdir
         from nni_hwaware.zero_cost import ProxyScores
 
         named = self.named
@@ -231,14 +232,25 @@ class SearchSession:
                                    f"(nni:<hub space> or module:callable); {named.name!r} is not")
             named = resolve_space(named.name, **{**named.kwargs, **dict(config.proxy_space_args)},
                                   input_shape=named.input_shape)
-        self.proxy = ProxyScores(named, config.proxy, input_shape=config.proxy_input_shape)
-        for path in (config.proxy_scores, self.output_dir / PROXY_SCORES if self.write_files else None):
-            if path and Path(path).is_file():  # scored before (by another search, or before a resume)
-                _logger.info("read %d zero-cost proxy scores from %s", self.proxy.load(path), path)
-            elif path and path == config.proxy_scores:
-                raise HwAwareError(f"PPO option proxy_scores: no file {path}; give a proxy_scores.csv a search wrote")
-        self._proxy_saved = len(self.proxy.cache)
-        return self.proxy
+            if (missing := [label for label, values in self.named.choices().items()
+                            if [str(v) for v in named.choices().get(label, [])] != [str(v) for v in values]]):
+                raise HwAwareError(f"PPO option proxy_space_args: the replica does not offer the space's choices "
+                                   f"{missing[:3]}; give arguments that keep every label and value")
+        proxy = ProxyScores(named, config.proxy, input_shape=config.proxy_input_shape)
+        if config.proxy_scores:  # scored before, by another search
+            path = workdir.resolve(config.proxy_scores)
+            if not path.is_file():
+                raise HwAwareError(f"PPO option proxy_scores: no file {path}; give a {PROXY_SCORES} a search wrote")
+            _logger.info("read %d zero-cost proxy scores from %s", proxy.load(path), path)
+        own = self.output_dir / PROXY_SCORES
+        if self.write_files and own.is_file():  # this search's own, before a resume
+            try:
+                _logger.info("read %d zero-cost proxy scores from %s", proxy.load(own), own)
+            except HwAwareError as err:  # an earlier search's, of another replica: scored afresh
+                _logger.warning("%s", err)
+        proxy.check(self.reference)  # a replica that cannot score fails here, in one line, not mid-search
+        self.proxy, self._proxy_saved = proxy, len(proxy.cache)
+        return proxy
 
     def _reference_latency(self) -> float:
         """The table's latency of the reference network: a result's measured ratio to it is its

@@ -308,6 +308,62 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_proxy(parser: argparse.ArgumentParser) -> None:
+    _add_space(parser)
+    parser.add_argument("--input-shape", help="per-sample input shape the proxy scores with, e.g. 3x16x16 "
+                                              "(default: the space's; the PPO option proxy_input_shape)")
+    parser.add_argument("--samples", type=int, help="score this many random networks (default: every network, "
+                                                    "where the space has at most --limit)")
+    parser.add_argument("--limit", type=int, default=20_000, help="the most networks scored when listing them all")
+    parser.add_argument("--seed", type=int, default=0, help="the random networks' seed (with --samples)")
+    parser.add_argument("--out", required=True, help="CSV to write: give it to a search as the PPO option proxy_scores")
+    parser.add_argument("--merge", action="store_true", help="keep the scores --out already holds")
+
+
+@command("proxy", "score a space's networks by the zero-cost proxy ahead of a search (PPO option proxy_scores)",
+         _add_proxy)
+def _cmd_proxy(args: argparse.Namespace) -> int:
+    import itertools
+    import math
+    import random
+    import time
+    from pathlib import Path
+
+    from nni_hwaware.zero_cost import ProxyScores
+
+    named = _named(args)
+    shape = None
+    if args.input_shape:
+        try:
+            shape = tuple(int(v) for v in args.input_shape.lower().split("x"))
+        except ValueError:
+            shape = ()
+        if not shape or min(shape) < 1:
+            raise HwAwareError(f"--input-shape must be sizes such as 3x16x16, got {args.input_shape!r}")
+    scores = ProxyScores(named, input_shape=shape)
+    if args.merge and Path(args.out).is_file():
+        scores.load(args.out)
+    choices = named.choices()
+    size = math.prod(len(v) for v in choices.values())
+    if args.samples is None and size > args.limit:
+        raise HwAwareError(f"space {named.name} has {size:.3g} networks, more than --limit {args.limit}; "
+                           "give --samples N to score N random ones")
+    if args.samples is not None and args.samples < 1:
+        raise HwAwareError(f"--samples must be at least 1, got {args.samples}")
+    if args.samples is None:
+        archs = [dict(zip(choices, values, strict=True)) for values in itertools.product(*choices.values())]
+    else:
+        rng = random.Random(args.seed)
+        archs = [{label: rng.choice(values) for label, values in choices.items()} for _ in range(args.samples)]
+    start = time.perf_counter()
+    scores.check(archs[0])  # a network that cannot be scored: one line before the rest
+    scores(archs)
+    scores.save(args.out)
+    print(f"scored {scores.computed} networks of {named.name} in {time.perf_counter() - start:.1f} s "
+          f"({scores.mean_ms():.1f} ms each); {len(scores.cache)} scores in {args.out}")
+    return 0
+
+
 def _add_collect(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, required=True, help="port of the profiling experiment's manager")
     parser.add_argument("--out", required=True, help="merged cost table file to write")

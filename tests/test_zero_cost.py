@@ -248,3 +248,29 @@ def test_a_state_saved_before_the_proxy_options_existed_resumes() -> None:
     assert len(resumed.history.order) == 1
     with pytest.raises(HwAwareError, match="made with other options"):
         PPOSearch(model, budget, PPOConfig(seed=0, risk=0.02)).load_state_dict(state)
+
+
+def test_the_proxy_command_scores_a_space_ahead_and_a_search_then_scores_nothing(tmp_path, monkeypatch, capsys) -> None:
+    from handmade import tiny_config, tiny_tuner
+
+    from nni_hwaware.cli import main
+
+    monkeypatch.chdir(tmp_path)  # outside NNI the tuner writes to ./hwaware-outputs
+    space = tmp_path / "space.json"
+    space.write_text(tiny_config().to_json())
+    out = tmp_path / "scores.csv"
+    assert main(["proxy", "--space", str(space), "--out", str(out)]) == 0
+    every = int(np.prod([len(spec.candidates) for spec in tiny_config().layer_specs()]))
+    assert len(out.read_text().splitlines()) == every + 1
+    tuner = tiny_tuner(tmp_path / "run", ppo={"seed": 0, "proxy_scores": str(out)}, search_trials=6,
+                       retrain={"epochs": 1})
+    for i in range(5):
+        params = tuner.generate_parameters(i)
+        tuner.receive_trial_result(i, params, {"default": 0.1 * i})
+    assert tuner._session().proxy.computed == 0 and len(tuner.search._proxy_scores) > 0
+    assert main(["proxy", "--space", "nni:ProxylessNAS", "--out", str(tmp_path / "x.csv")]) == 2
+    assert main(["proxy", "--space", str(space), "--input-shape", "3xx", "--out", str(tmp_path / "x.csv")]) == 2
+    assert not (tmp_path / "x.csv").exists()
+    errors = capsys.readouterr().err.splitlines()
+    assert errors[-2].startswith("nni-hwaware proxy: error: space nni:ProxylessNAS has 2.25e+19 networks")
+    assert errors[-1] == "nni-hwaware proxy: error: --input-shape must be sizes such as 3x16x16, got '3xx'"

@@ -80,9 +80,10 @@ class PPOConfig:
     any is trained. ``synflow`` or ``none``. It needs the space's networks: the tuner and the
     strategy build them; :class:`PPOSearch` alone is given the scores (its ``proxy`` argument)."""
     proxy_space_args: Mapping[str, Any] | None = field(default=None, hash=False)
-    """Constructor arguments of the replica of the space the proxy scores (e.g.
-    ``{stem_out_channels: 8, num_modules_per_stack: 1}`` for ``nni:NasBench201``): a narrower,
-    shallower replica ranks the networks much the same in a fraction of the time. Default: the space as searched."""
+    """Constructor arguments of the replica of the space the proxy scores (e.g. ``{stem_out_channels: 8}``
+    for ``nni:NasBench201``): a narrower replica scores faster. Keep the depth: on NAS-Bench-201 one cell a
+    stage instead of five ranked the networks alike but kept half of what the proxy gained the search
+    (``benchmarks/nb201_proxy.py`` checks a replica). Default: the space as searched."""
     proxy_input_shape: tuple[int, ...] | None = None
     """Per-sample input shape the proxy scores with (e.g. ``[3, 16, 16]``); default: the space's."""
     proxy_scores: str | None = None

@@ -81,9 +81,10 @@ class ProxyScores:
 
     ``named`` is the resolved space (:func:`~nni_hwaware.spaces.resolve.resolve_space`); its networks
     are built afresh (seed 0) and scored with an input of ``input_shape`` (default: the space's). A
-    replica of the space (fewer channels or cells, a smaller input) ranks the networks much the same
-    in a fraction of the time. Calling it with architectures (``{label: value}``) gives their
-    log-scores; :attr:`seconds` and :attr:`computed` say what computing them cost.
+    narrower replica of the space or a smaller input scores faster; a shallower one keeps less of what
+    the score adds beside the costs (``benchmarks/nb201_proxy.py``). Calling it with architectures
+    (``{label: value}``) gives their log-scores; :attr:`seconds` and :attr:`computed` say what
+    computing them cost.
     """
 
     def __init__(self, named: Any, proxy: str = "synflow", input_shape: Sequence[int] | None = None) -> None:

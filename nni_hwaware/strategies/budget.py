@@ -52,13 +52,16 @@ class Budget:
         for name, value in asdict(self).items():
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise HwAwareError(f"budget {name} must be a positive number, got {value}")
+        # the mask asks for the bounds for every network it checks: computed once (not a field)
+        object.__setattr__(self, "_limits", {k: v for k, v in asdict(self).items() if v is not None})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, float] | None) -> Budget:
         return from_mapping(cls, data, "budget keys")
 
     def limits(self) -> dict[str, float]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """The bounds that are set, ``{metric: limit}`` (a copy)."""
+        return dict(self._limits)  # type: ignore[attr-defined]
 
 
 class BudgetMask:

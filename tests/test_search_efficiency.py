@@ -51,6 +51,20 @@ def test_the_headline_gives_the_share_of_proposals_over_the_measured_budget() ->
     assert figures["regret100_ratio_vs_masked_random"] == pytest.approx(1.0)
 
 
+def test_the_share_is_compared_with_random_runs_and_with_randoms_share_in_expectation() -> None:
+    suite = toy_suite()  # mask-feasible: a (measured over), b, c: random's share is 1/3 in expectation
+    ppo = aggregate([summarise([0, 1, 2, 1], suite, 4, 0.0, 0.0)] * 2)  # 1 of 4 over
+    lucky = aggregate([summarise([1, 2], suite, 4, 0.0, 0.0)] * 2)  # random's runs never drew a
+    figures = headline({"toy": {"ppo": ppo, "random_feasible": lucky, **over_budget_shares(suite)}})
+    assert figures["suites_over_budget_not_below"] == ["toy"]  # 1/4 against the runs' 0
+    assert figures["over_budget_below_random_expected_in_every_suite"] is True  # 1/4 against 1/3
+    unlucky = aggregate([summarise([0, 1], suite, 4, 0.0, 0.0)] * 2)  # 1 of 2 over
+    figures = headline({"toy": {"ppo": aggregate([summarise([0, 1, 2], suite, 4, 0.0, 0.0)] * 2),
+                                "random_feasible": unlucky, **over_budget_shares(suite)}})
+    assert figures["suites_over_budget_not_below"] == []  # 1/3 against the runs' 1/2
+    assert figures["suites_over_budget_not_below_random_expected"] == ["toy"]  # 1/3 is not below 1/3
+
+
 def test_the_delta_oracle_proposes_only_what_the_tables_errors_let_fit_with_probability_one_minus_delta() -> None:
     suite = toy_suite()  # the errors' logs: a 0.23, b 0.12, c 0.22, d 0
     # b (predicted 8 ms) goes over 10 ms only with a's error: 1 in 4; a (9.5 ms) with three of the four errors

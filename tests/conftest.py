@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -14,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 # is imported, and NasExperiment always writes it): give the test session its own home
 # so that running the tests leaves the user's home untouched.
 os.environ["HOME"] = tempfile.mkdtemp(prefix="nni-hwaware-tests-home-")
+atexit.register(shutil.rmtree, os.environ["HOME"], ignore_errors=True)  # and leave nothing behind
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What the checkout may gain while the tests run (caches, the virtualenv, build metadata).

@@ -403,12 +403,11 @@ def headline(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
                           and k != "mean_regret_at_100"), None)
             if other and other in masked:
                 other_ratios.append(max(ppo[other], REGRET_FLOOR) / max(masked[other], REGRET_FLOOR))
-            below[name] = ppo["over_budget_measured_share"] < masked["over_budget_measured_share"] or \
-                ppo["over_budget_measured_share"] == 0
+            share = ppo["over_budget_measured_share"]
+            below[name] = share < masked["over_budget_measured_share"] or share == 0
             if (expected := result.get("mask_over_budget_measured_share")) is not None:
                 # random's share in expectation (its draws are uniform over the mask), free of its runs' luck
-                below_expected[name] = ppo["over_budget_measured_share"] < expected or \
-                    ppo["over_budget_measured_share"] == 0
+                below_expected[name] = share < expected or share == 0
             if name.startswith("tabular"):
                 tabular.append(ppo["median_trials_to_best"] / masked["median_trials_to_best"])
         others = {k: v for k, v in result.items() if k in NNI_TUNERS and isinstance(v, dict)}

@@ -246,8 +246,8 @@ def test_a_state_saved_before_the_proxy_options_existed_resumes() -> None:
     resumed = PPOSearch(model, budget, PPOConfig(seed=0))  # the proxy on, as the old state's default reads
     resumed.load_state_dict(state)
     assert len(resumed.history.order) == 1
-    with pytest.raises(HwAwareError, match="made with other options"):
-        PPOSearch(model, budget, PPOConfig(seed=0, risk=0.02)).load_state_dict(state)
+    with pytest.raises(HwAwareError, match=r"made with other options \(risk: 0.02 saved, 0.05 now\)"):
+        PPOSearch(model, budget, PPOConfig(seed=0, risk=0.05)).load_state_dict(state)
 
 
 def test_the_proxy_command_scores_a_space_ahead_and_a_search_then_scores_nothing(tmp_path, monkeypatch, capsys) -> None:

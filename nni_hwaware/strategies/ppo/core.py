@@ -640,8 +640,8 @@ class PPOSearch:
         """Restore :meth:`state_dict`; architectures that were in flight stay pending (not proposed again)."""
         defaults = asdict(PPOConfig())  # a state saved before an option existed: it had the option's default
         saved = {**{k: v for k, v in defaults.items() if k not in state["config"]}, **state["config"]}
-        if differ := sorted(k for k, v in asdict(self.config).items() if saved.get(k) != v):
-            said = ", ".join(f"{k}: {saved.get(k)!r} saved, {getattr(self.config, k)!r} now" for k in differ)
+        if differ := sorted(k for k, v in asdict(self.config).items() if saved[k] != v):
+            said = ", ".join(f"{k}: {saved[k]!r} saved, {getattr(self.config, k)!r} now" for k in differ)
             raise HwAwareError(f"the saved PPO state was made with other options ({said}); "
                                "resume with the same config (a default that changed since: set the saved value)")
         self.policy.load_state_dict(state["policy"])

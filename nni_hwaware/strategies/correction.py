@@ -46,8 +46,11 @@ unrounded cost must reach to be reported over the limit.
 :meth:`CostCorrection.over_probability` gives each architecture's probability of measuring
 over a limit: the Gaussian process's where it is fitted, else a kernel estimate of the
 leave-one-out residuals' distribution (skewed or heavy-tailed errors stay so) pooled with a
-normal of the prior margin's spread. The PPO search spends these probabilities from its
-risk allowance.
+normal of the prior margin's spread. With ``risk_floor`` the Gaussian process's probability
+is at least the latter: beside measured networks the process is confident, and a search
+that picks, among many candidates near the budget's edge, those it is most optimistic about
+selects on that confidence, while a table's largest errors are per-network noise no
+neighbour shows. The PPO search spends these probabilities from its risk allowance.
 
 Nothing here knows NNI: the PPO core feeds it the metrics it is told.
 """
@@ -147,7 +150,7 @@ class CostCorrection:
 
     def __init__(self, n_values: Sequence[int], *, delta: float = 0.1, shrinkage: float = 4.0,
                  prior_margin: float = 1.0, metrics: Sequence[str] = CORRECTED, use_margin: bool = True,
-                 local: bool = False) -> None:
+                 local: bool = False, risk_floor: bool = False) -> None:
         if not 0 < delta < 1:
             raise HwAwareError(f"delta must be between 0 and 1 (e.g. 0.1), got {delta!r}")
         if not (math.isfinite(shrinkage) and shrinkage > 0):
@@ -161,6 +164,8 @@ class CostCorrection:
         self.use_margin = bool(use_margin)
         #: True: the margin of each architecture from a Gaussian process of the ratios (module docstring).
         self.local = bool(local)
+        #: True: a local probability of measuring over is at least the global one (module docstring).
+        self.risk_floor = bool(risk_floor)
         self.z = float(ndtri(1.0 - self.delta))
         self.locals: dict[str, _LocalFit] = {}
         self.pairs: dict[str, list[tuple[tuple[int, ...], float, float]]] = {m: [] for m in self.metrics}
@@ -314,12 +319,20 @@ class CostCorrection:
     def over_probability(self, metric: str, keys: np.ndarray, predicted: np.ndarray, limit: float) -> np.ndarray:
         """The probability that each architecture measures over ``limit``: the local model's where it is
         fitted, else that of its log ratio about the global fit's mean, distributed as the leave-one-out
-        residuals (a kernel estimate) pooled with a normal of :meth:`log_spread`."""
+        residuals (a kernel estimate) pooled with a normal of :meth:`log_spread`; with ``risk_floor``, the
+        larger of the two."""
         keys = np.asarray(keys, dtype=np.int64).reshape(len(keys), -1)
         predicted = np.asarray(predicted, dtype=float)
         limit = self.limit_as_measured(metric, limit) * (1 + 1e-9)  # a network measured at the limit fits
-        if metric in self.locals:
-            return 1.0 - self.feasibility(metric, keys, predicted, limit)
+        if metric not in self.locals:
+            return self._global_over_probability(metric, keys, predicted, limit)
+        local = 1.0 - self.feasibility(metric, keys, predicted, limit)
+        if self.risk_floor:
+            return np.maximum(local, self._global_over_probability(metric, keys, predicted, limit))
+        return local
+
+    def _global_over_probability(self, metric: str, keys: np.ndarray, predicted: np.ndarray,
+                                 limit: float) -> np.ndarray:
         mean = self.fits[metric].log_factors(keys) if metric in self.fits else np.zeros(len(keys))
         gap = math.log(limit) - np.log(predicted) - mean
         spread = self.log_spread(metric)

@@ -114,7 +114,7 @@ class PPOSearch:
         #: The table's predictions corrected by what the chip measured (None: the table is trusted).
         self.correction = CostCorrection([len(v) for v in self.candidates], delta=c.delta, shrinkage=c.shrinkage,
                                          prior_margin=c.prior_margin, use_margin=c.margin,
-                                         local=c.margin_model == "gp") if c.correct else None
+                                         local=c.margin_model == "gp", risk_floor=c.risk_floor) if c.correct else None
         self._predicted: dict[tuple[int, ...], dict[str, float]] = {}
         #: Each proposal's probability of measuring over the budget when it was proposed (the risk spent).
         self.risk: dict[tuple[int, ...], float] = {}

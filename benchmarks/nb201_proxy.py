@@ -35,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import nb201
 
-OUT = Path(__file__).parent / "data" / "nb201_synflow.csv.gz"
+DATA = Path(__file__).parent / "data"
+#: Where each proxy's scores go (``--proxy``).
+OUT = {"synflow": DATA / "nb201_synflow.csv.gz", "naswot": DATA / "nb201_naswot.csv.gz"}
 #: The shallow replica the check compares with (PPO options ``proxy_space_args`` / ``proxy_input_shape``).
 REPLICA = {"stem_out_channels": 8, "num_modules_per_stack": 1}
 REPLICA_INPUT = (3, 16, 16)
@@ -51,8 +53,8 @@ def nni_arch(row: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _score(task: tuple[list[dict[str, str]], dict[str, Any], tuple[int, ...] | None]) -> tuple[list[float], list[float]]:
-    archs, space_args, input_shape = task
+def _score(task: tuple[list[dict[str, str]], dict[str, Any], tuple[int, ...] | None, str]) -> tuple[list[float], list[float]]:
+    archs, space_args, input_shape, proxy = task
     import torch
 
     torch.set_num_threads(1)
@@ -60,7 +62,7 @@ def _score(task: tuple[list[dict[str, str]], dict[str, Any], tuple[int, ...] | N
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.zero_cost import ProxyScores
 
-    scores = ProxyScores(resolve_space("nni:NasBench201", **space_args), input_shape=input_shape)
+    scores = ProxyScores(resolve_space("nni:NasBench201", **space_args), proxy, input_shape=input_shape)
     values, times = [], []
     for arch in archs:
         start = time.perf_counter()
@@ -70,8 +72,8 @@ def _score(task: tuple[list[dict[str, str]], dict[str, Any], tuple[int, ...] | N
 
 
 def score_all(archs: list[dict[str, str]], space_args: dict[str, Any], input_shape: tuple[int, ...] | None,
-              jobs: int, chunk: int = 250) -> tuple[np.ndarray, np.ndarray]:
-    tasks = [(archs[i:i + chunk], space_args, input_shape) for i in range(0, len(archs), chunk)]
+              jobs: int, chunk: int = 250, proxy: str = "synflow") -> tuple[np.ndarray, np.ndarray]:
+    tasks = [(archs[i:i + chunk], space_args, input_shape, proxy) for i in range(0, len(archs), chunk)]
     with Pool(jobs) as pool:
         parts = pool.map(_score, tasks)
     return (np.concatenate([np.asarray(v) for v, _ in parts]), np.concatenate([np.asarray(t) for _, t in parts]))
@@ -90,19 +92,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--check", type=int, default=400, help="random cells also scored on the shallow replica")
     parser.add_argument("--limit", type=int, help="score only the first N cells (a quick look; writes nothing)")
+    parser.add_argument("--proxy", choices=sorted(OUT), default="synflow", help="the proxy scored (its own file)")
     args = parser.parse_args(argv)
     frame = nb201.load()
     rows = frame[list(nb201.EDGES)].to_dict("records")
     archs = [nni_arch(r) for r in rows[: args.limit]]
-    scores, scores_ms = score_all(archs, {}, None, args.jobs)
+    scores, scores_ms = score_all(archs, {}, None, args.jobs, proxy=args.proxy)
     if args.limit is None:
         from nni_hwaware.files import atomic_open
 
-        table = pd.DataFrame({"arch_idx": frame.arch_idx[: len(scores)], "log_synflow": scores})
-        with atomic_open(OUT, "wb") as fh:
+        table = pd.DataFrame({"arch_idx": frame.arch_idx[: len(scores)], f"log_{args.proxy}": scores})
+        with atomic_open(OUT[args.proxy], "wb") as fh:
             table.to_csv(fh, index=False, compression={"method": "gzip", "mtime": 0}, float_format="%.10g")
     picks = np.random.default_rng(0).choice(len(archs), size=min(args.check, len(archs)), replace=False)
-    replica, replica_ms = score_all([archs[i] for i in picks], REPLICA, REPLICA_INPUT, args.jobs, chunk=50)
+    replica, replica_ms = score_all([archs[i] for i in picks], REPLICA, REPLICA_INPUT, args.jobs, chunk=50,
+                                    proxy=args.proxy)
     from scipy.stats import spearmanr
 
     result = {"cells": len(archs), "ms_median": round(float(np.median(scores_ms)), 2),
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "replica_spearman": round(float(spearmanr(replica, scores[picks]).statistic), 4),
               "replica_beside_costs_correlation": round(float(np.corrcoef(
                   _beside_costs(frame, replica, picks), _beside_costs(frame, scores[picks], picks))[0, 1]), 4),
-              "written": None if args.limit else str(OUT.name)}
+              "proxy": args.proxy, "written": None if args.limit else str(OUT[args.proxy].name)}
     print(json.dumps(result))
     return result
 

@@ -140,27 +140,33 @@ def get_suite(name: str) -> Suite:
 
 
 @cache
-def _proxy_column() -> np.ndarray:
-    """Every NB201 cell's zero-cost proxy score (``nb201_proxy.py``), in the data's row order."""
-    scores = pd.read_csv(DATA / "nb201_synflow.csv.gz")
+def _proxy_column(proxy: str = "synflow") -> np.ndarray:
+    """Every NB201 cell's score by one zero-cost proxy (``nb201_proxy.py --proxy``), in the data's row order."""
+    scores = pd.read_csv(DATA / f"nb201_{proxy}.csv.gz")
     if not (scores.arch_idx.to_numpy() == _frame().arch_idx.to_numpy()).all():
-        raise ValueError("data/nb201_synflow.csv.gz does not match data/nb201_hw.csv.gz; rerun nb201_proxy.py")
-    return scores.log_synflow.to_numpy(float)
+        raise ValueError(f"data/nb201_{proxy}.csv.gz does not match data/nb201_hw.csv.gz; "
+                         f"rerun nb201_proxy.py --proxy {proxy}")
+    return scores[f"log_{proxy}"].to_numpy(float)
 
 
-def proxy_lookup(suite: Suite, archs: list[dict[str, str]]) -> np.ndarray:
-    """The scores :class:`~nni_hwaware.zero_cost.ProxyScores` gives these NB201 cells (computed once, read here)."""
-    return _proxy_column()[[suite.rows[tuple(a[label] for label in suite.labels)] for a in archs]]
+def proxy_lookup(suite: Suite, archs: list[dict[str, str]], proxy: str = "synflow") -> np.ndarray:
+    """The scores :class:`~nni_hwaware.zero_cost.ProxyScores` gives these NB201 cells (computed once, read
+    here): one column per proxy of ``proxy`` (``synflow+naswot``: two)."""
+    rows = [suite.rows[tuple(a[label] for label in suite.labels)] for a in archs]
+    parts = proxy.split("+")
+    if len(parts) == 1:
+        return _proxy_column(proxy)[rows]
+    return np.column_stack([_proxy_column(part)[rows] for part in parts])
 
 
-def proxy_ms(cells: int = 20) -> float:
+def proxy_ms(cells: int = 20, proxy: str = "synflow") -> float:
     """Milliseconds the search would spend scoring one NB201 cell on the spot (``nb201_proxy.py``),
     median over ``cells`` random cells."""
     from nb201_proxy import _score, nni_arch
 
     rows = _frame()[list(nb201.EDGES)].to_dict("records")
     picks = np.random.default_rng(0).choice(len(rows), size=cells, replace=False)
-    return float(np.median(_score(([nni_arch(rows[i]) for i in picks], {}, None))[1]))
+    return float(np.median(_score(([nni_arch(rows[i]) for i in picks], {}, None, proxy))[1]))
 
 
 class CoreTuner(Tuner):
@@ -169,8 +175,9 @@ class CoreTuner(Tuner):
     def __init__(self, suite: Suite, ppo: dict[str, Any]) -> None:
         from nni_hwaware.strategies.ppo.core import PPOSearch
 
-        proxy = partial(proxy_lookup, suite) if suite.kind == "nb201" else None
-        self.search = PPOSearch(suite.model, Budget(latency_ms=suite.budget_ms), PPOConfig.from_dict(ppo), proxy=proxy)
+        config = PPOConfig.from_dict(ppo)
+        proxy = partial(proxy_lookup, suite, proxy=config.proxy) if suite.kind == "nb201" else None
+        self.search = PPOSearch(suite.model, Budget(latency_ms=suite.budget_ms), config, proxy=proxy)
         self.sent: dict[int, dict[str, str]] = {}
 
     def update_search_space(self, search_space: dict[str, Any]) -> None:
@@ -495,7 +502,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = {"seeds": args.seeds, "judge": args.judge, "ppo_options": {**ppo}, "suites": suites, **headline(suites)}
     if "proxy_networks_per_decision" in out:
         # the NB201 runs read the proxy's scores; scoring them on the spot would add this much a decision
-        out["proxy_ms_per_network"] = proxy_ms()
+        out["proxy_ms_per_network"] = proxy_ms(proxy=PPOConfig.from_dict(ppo).proxy)
         out["decision_ms_proxy_on_the_spot"] = out["decision_ms"] + out["proxy_networks_per_decision"] * out[
             "proxy_ms_per_network"]
     print(json.dumps(out))

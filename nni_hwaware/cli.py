@@ -318,6 +318,8 @@ def _add_proxy(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the random networks' seed (with --samples)")
     parser.add_argument("--out", required=True, help="CSV to write: give it to a search as the PPO option proxy_scores")
     parser.add_argument("--merge", action="store_true", help="keep the scores --out already holds")
+    parser.add_argument("--proxy", default="synflow", choices=["synflow", "naswot", "synflow+naswot"],
+                        help="the proxy scored (the PPO option proxy): synflow (default), naswot or both")
 
 
 @command("proxy", "score a space's networks by the zero-cost proxy ahead of a search (PPO option proxy_scores)",
@@ -340,7 +342,7 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
             shape = ()
         if not shape or min(shape) < 1:
             raise HwAwareError(f"--input-shape must be sizes such as 3x16x16, got {args.input_shape!r}")
-    scores = ProxyScores(named, input_shape=shape)
+    scores = ProxyScores(named, args.proxy, input_shape=shape)
     if args.merge and Path(args.out).is_file():
         scores.load(args.out)
     choices = named.choices()

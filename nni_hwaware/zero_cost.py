@@ -27,10 +27,10 @@ from torch import nn
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["PROXIES", "ProxyScores", "synflow"]
+__all__ = ["PROXIES", "ProxyScores", "naswot", "synflow"]
 
-#: The proxies :class:`ProxyScores` computes ("none": no proxy).
-PROXIES = ("synflow", "none")
+#: The proxies :class:`ProxyScores` computes ("none": no proxy); ``a+b`` scores both, one column each.
+PROXIES = ("synflow", "naswot", "synflow+naswot", "none")
 
 
 def synflow(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, in_place: bool = False) -> float:
@@ -68,6 +68,57 @@ def synflow(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, i
 _CLIPPING = (nn.ReLU6, nn.Hardtanh, nn.Tanh)
 
 
+#: Activations whose units :func:`naswot` reads: each is positive exactly where its input is.
+_GATES = (nn.ReLU, nn.ReLU6, nn.Hardswish, nn.SiLU, nn.GELU, nn.LeakyReLU)
+#: The ridge of :func:`naswot`'s kernel, per unit: a network whose units do not tell its inputs apart
+#: (its output does not depend on them) scores low but finite, not minus infinity.
+NASWOT_RIDGE = 1e-2
+
+
+def naswot(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, batch: int = 16, seed: int = 0,
+           in_place: bool = False) -> float:
+    """NASWOT (Mellor et al. 2021) without data: how differently the network's activations split inputs.
+
+    ``batch`` Gaussian inputs of ``example_input``'s per-sample shape (from ``seed``) stand for a batch of
+    data. Each unit after a ReLU-like activation (:data:`_GATES`; functional activations are not seen)
+    codes an input by whether its output is positive; ``K[i, j]`` counts the units on which inputs ``i``
+    and ``j`` agree, and the score is ``log det(K + NASWOT_RIDGE * units * I)``. A network whose units
+    cut its inputs' space into more regions trains better (the paper's finding on NAS-Bench-201).
+    Scored in eval mode (batch norm at its running statistics) on a copy (``in_place``: the module itself).
+    """
+    shape = tuple(example_input.shape) if isinstance(example_input, torch.Tensor) else tuple(example_input)
+    if not shape or not all(isinstance(v, int) and v > 0 for v in shape):
+        raise HwAwareError(f"naswot needs an input shape of positive sizes such as (1, 3, 32, 32), got {shape}")
+    if batch < 2:
+        raise HwAwareError(f"naswot needs a batch of at least 2 inputs, got {batch}")
+    network = module if in_place else copy.deepcopy(module)
+    network.eval()
+    kernel = torch.zeros(batch, batch, dtype=torch.float64)
+    units = 0
+
+    def read(_: nn.Module, __: Any, out: torch.Tensor) -> None:
+        nonlocal kernel, units
+        codes = (out.detach().reshape(batch, -1) > 0).double()
+        kernel += codes @ codes.T + (1 - codes) @ (1 - codes).T
+        units += codes.shape[1]
+
+    hooks = [m.register_forward_hook(read) for m in network.modules() if isinstance(m, _GATES)]
+    if not hooks:
+        raise HwAwareError(f"naswot reads the units of ReLU-like activation modules, and a {type(module).__name__} "
+                           "has none (functional activations are not seen); use proxy: synflow")
+    inputs = torch.randn((batch, *shape[1:]), generator=torch.Generator().manual_seed(seed))
+    try:
+        with torch.no_grad():
+            network(inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not units:
+        raise HwAwareError(f"naswot: no activation of a {type(module).__name__} ran on its input; use proxy: synflow")
+    ridge = NASWOT_RIDGE * units * torch.eye(batch, dtype=torch.float64)
+    return float(torch.linalg.slogdet(kernel + ridge)[1])
+
+
 def _linearise(network: nn.Module) -> None:
     for name, child in list(network.named_children()):
         if isinstance(child, _CLIPPING):
@@ -91,19 +142,21 @@ class ProxyScores:
         if proxy not in PROXIES or proxy == "none":
             raise HwAwareError(f"unknown zero-cost proxy {proxy!r}; choose one of {[p for p in PROXIES if p != 'none']}")
         self.named, self.proxy = named, proxy
+        #: The proxies scored, one column each when more than one.
+        self.parts = tuple(proxy.split("+"))
         self.input_shape = tuple(int(v) for v in (input_shape or named.input_shape))
         self.labels = list(named.choices())
         #: What the scores are of: the space, its constructor arguments and the input (saved with them).
         self.replica = json.dumps({"space": str(named.name), "space_args": named.kwargs,
                                    "input_shape": list(self.input_shape)}, sort_keys=True, default=str)
-        self.cache: dict[tuple[str, ...], float] = {}
+        self.cache: dict[tuple[str, ...], float | tuple[float, ...]] = {}
         self.seconds = 0.0
         self.computed = 0
 
-    def check(self, arch: Mapping[str, Any]) -> float:
+    def check(self, arch: Mapping[str, Any]) -> np.ndarray:
         """Score ``arch`` (e.g. the reference network, before a search) and say in one line why it cannot be."""
         try:
-            return float(self([arch])[0])
+            return np.asarray(self([arch])[0])
         except HwAwareError:
             raise
         except Exception as err:  # a user's space can fail in any way: one line says where
@@ -120,11 +173,24 @@ class ProxyScores:
             key = self._key(arch)
             if key not in self.cache:
                 start = time.perf_counter()
-                self.cache[key] = math.log1p(synflow(self.build(arch), (1, *self.input_shape), in_place=True))
+                self.cache[key] = self._score(self.build(arch))
                 self.seconds += time.perf_counter() - start
                 self.computed += 1
             out.append(self.cache[key])
         return np.asarray(out, dtype=float)
+
+    def _score(self, network: nn.Module) -> float | tuple[float, ...]:
+        shape = (1, *self.input_shape)
+        # NASWOT first: SynFlow scored in place makes the weights positive
+        wot = naswot(network, shape, in_place=True) if "naswot" in self.parts else math.nan
+        flow = math.log1p(synflow(network, shape, in_place=True)) if "synflow" in self.parts else math.nan
+        values = tuple(flow if part == "synflow" else wot for part in self.parts)
+        return values[0] if len(values) == 1 else values
+
+    @property
+    def columns(self) -> list[str]:
+        """The score columns of :meth:`save`'s file: ``log_score``, or ``log_score_<proxy>`` for each of several."""
+        return ["log_score"] if len(self.parts) == 1 else [f"log_score_{part}" for part in self.parts]
 
     def build(self, arch: Mapping[str, Any]) -> nn.Module:
         """The network of ``arch``, weights from seed 0 (torch's global random state untouched).
@@ -145,16 +211,17 @@ class ProxyScores:
             return self.named.build(sample)
 
     def save(self, path: str | Path) -> None:
-        """Write the scores so far as CSV (one column per label, then ``log_score``), atomically."""
+        """Write the scores so far as CSV (one column per label, then :attr:`columns`), atomically."""
         import csv
 
         from nni_hwaware.files import atomic_open
 
         with atomic_open(path, "w") as fh:
             writer = csv.writer(fh)
-            writer.writerow([*self.labels, "log_score", "proxy", "replica"])
+            writer.writerow([*self.labels, *self.columns, "proxy", "replica"])
             for key, value in self.cache.items():
-                writer.writerow([*key, repr(value), self.proxy, self.replica])
+                values = value if isinstance(value, tuple) else (value,)
+                writer.writerow([*key, *map(repr, values), self.proxy, self.replica])
 
     def load(self, path: str | Path) -> int:
         """Add the scores :meth:`save` wrote (of this space and proxy); returns how many were read."""
@@ -165,7 +232,7 @@ class ProxyScores:
                 rows = list(csv.DictReader(fh))
         except OSError as err:
             raise HwAwareError(f"cannot read proxy scores {path}: {err.strerror or err}") from None
-        need = [*self.labels, "log_score"]
+        need = [*self.labels, *self.columns]
         if rows and (missing := [c for c in need if c not in rows[0]]):
             raise HwAwareError(f"proxy scores {path} lack columns {missing}; they are of another space "
                                f"(this one's labels: {self.labels})")
@@ -175,13 +242,16 @@ class ProxyScores:
                 raise HwAwareError(f"proxy scores {path} line {n} are of {row.get('proxy')} on {row.get('replica')}, "
                                    f"not of {self.proxy} on {self.replica}; score afresh (delete the file) or give "
                                    "the options they were scored with")
-            try:
-                value = float(row["log_score"])
-            except (TypeError, ValueError):
-                value = math.nan
-            if not math.isfinite(value):
-                raise HwAwareError(f"proxy scores {path} line {n}: log_score {row['log_score']!r} is not a number")
-            self.cache[tuple(str(row[label]) for label in self.labels)] = value
+            values = []
+            for column in self.columns:
+                try:
+                    value = float(row[column])
+                except (TypeError, ValueError):
+                    value = math.nan
+                if not math.isfinite(value):
+                    raise HwAwareError(f"proxy scores {path} line {n}: {column} {row[column]!r} is not a number")
+                values.append(value)
+            self.cache[tuple(str(row[label]) for label in self.labels)] = values[0] if len(values) == 1 else tuple(values)
             read += 1
         return read
 

@@ -152,7 +152,7 @@ def test_the_search_asks_the_proxy_once_per_architecture_and_checks_its_answers(
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"proxy": "snip"}, "proxy must be 'synflow' or 'none'"),
+    ({"proxy": "snip"}, "proxy must be one of synflow, naswot, synflow\\+naswot, none"),
     ({"proxy_input_shape": [3, 0, 16]}, "proxy_input_shape must be per-sample sizes"),
     ({"proxy_space_args": [1, 2]}, "proxy_space_args must be a mapping"),
     ({"proxy_space_args": {"input_shape": [3, 8, 8]}}, r"not \['input_shape'\]; give the proxy's input shape"),
@@ -274,3 +274,101 @@ def test_the_proxy_command_scores_a_space_ahead_and_a_search_then_scores_nothing
     errors = capsys.readouterr().err.splitlines()
     assert errors[-2].startswith("nni-hwaware proxy: error: space nni:ProxylessNAS has 2.25e+19 networks")
     assert errors[-1] == "nni-hwaware proxy: error: --input-shape must be sizes such as 3x16x16, got '3xx'"
+
+
+class _Gate(nn.Module):
+    """A ReLU on the input's features picked by ``index`` (each feature one unit)."""
+
+    def __init__(self, index: list[int]) -> None:
+        super().__init__()
+        self.index, self.relu = index, nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(x[:, self.index])
+
+
+def test_naswot_of_a_network_blind_to_its_input_is_the_ridged_kernels_known_determinant() -> None:
+    """Every unit codes every input alike: K = u 11^T, so with the ridge r u the eigenvalues are
+    u (B + r) once and r u B - 1 times."""
+    from nni_hwaware.zero_cost import NASWOT_RIDGE, naswot
+
+    class Blind(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.relu = nn.ReLU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.relu(torch.ones(x.shape[0], 5))
+
+    u, b, r = 5, 16, NASWOT_RIDGE
+    expected = np.log(u * (b + r)) + (b - 1) * np.log(r * u)
+    assert naswot(Blind(), (1, 3)) == pytest.approx(expected, rel=1e-12)
+    assert naswot(Blind(), (1, 3), batch=4) == pytest.approx(np.log(u * (4 + r)) + 3 * np.log(r * u), rel=1e-12)
+
+
+def test_naswot_ranks_units_that_split_the_inputs_apart_above_units_that_copy_one_another() -> None:
+    """Eight units on eight independent Gaussian features tell 16 inputs apart; eight copies of one
+    feature code them no better than one unit does."""
+    from nni_hwaware.zero_cost import naswot
+
+    independent, copies, fewer = _Gate(list(range(8))), _Gate([0] * 8), _Gate(list(range(4)))
+    for seed in range(3):
+        scores = [naswot(m, (1, 8), seed=seed) for m in (independent, fewer, copies)]
+        assert scores[0] > scores[1] > scores[2]
+    assert naswot(independent, (1, 8), seed=1) == naswot(independent, torch.zeros(1, 8), seed=1)  # the shape counts
+    assert naswot(independent, (1, 8), seed=1) != naswot(independent, (1, 8), seed=2)
+
+
+def test_naswot_leaves_the_module_as_it_was_and_says_what_it_cannot_score() -> None:
+    from nni_hwaware.zero_cost import naswot
+
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2)).train()
+    before = {k: v.clone() for k, v in network.state_dict().items()}
+    assert np.isfinite(naswot(network, (1, 4)))
+    assert network.training and not network[2]._forward_hooks
+    for key, value in network.state_dict().items():
+        assert torch.equal(value, before[key])
+    with pytest.raises(HwAwareError, match="has none"):
+        naswot(nn.Sequential(nn.Linear(4, 2)), (1, 4))
+    with pytest.raises(HwAwareError, match="at least 2"):
+        naswot(network, (1, 4), batch=1)
+
+
+def test_both_proxies_score_a_hub_space_in_two_columns_that_round_trip_through_their_file(nb201_replica,
+                                                                                          tmp_path) -> None:
+    cells = [_cell("none"), _cell("skip_connect"), _cell("conv_3x3"), _cell("conv_1x1")]
+    flow = ProxyScores(nb201_replica, input_shape=(3, 8, 8))(cells)
+    wot = ProxyScores(nb201_replica, "naswot", input_shape=(3, 8, 8))(cells)
+    both = ProxyScores(nb201_replica, "synflow+naswot", input_shape=(3, 8, 8))
+    scores = both(cells)
+    assert scores.shape == (4, 2)
+    np.testing.assert_array_equal(scores[:, 0], flow)  # each column as its proxy alone scores it
+    np.testing.assert_array_equal(scores[:, 1], wot)
+    assert wot[0] == wot.min() and np.isfinite(wot).all()  # every edge 'none': the least, and finite
+    both.save(tmp_path / "proxy_scores.csv")
+    again = ProxyScores(nb201_replica, "synflow+naswot", input_shape=(3, 8, 8))
+    assert again.load(tmp_path / "proxy_scores.csv") == 4 and again.computed == 0
+    np.testing.assert_array_equal(again(cells), scores)
+    with pytest.raises(HwAwareError, match="lack columns"):
+        ProxyScores(nb201_replica, input_shape=(3, 8, 8)).load(tmp_path / "proxy_scores.csv")
+
+
+def test_the_search_takes_a_row_of_scores_per_architecture_as_one_feature_each() -> None:
+    model, budget, accuracy = _interaction_toy()
+
+    def two(archs: list[dict[str, str]]) -> np.ndarray:
+        keys = [tuple(int(a[f"e{i}"][1]) for i in range(6)) for a in archs]
+        return np.asarray([[accuracy(k), float(sum(k))] for k in keys])
+
+    search = PPOSearch(model, budget, PPOConfig(seed=0, proxy="synflow+naswot"), proxy=two)
+    for _ in range(8):
+        arch = search.ask()
+        search.tell(arch, {"default": accuracy(search.actions_of(arch))})
+    keys = [search.actions_of(search.ask())]
+    assert search._trend_features(np.asarray(keys)).shape == (1, 5)  # 3 costs + 2 scores
+    bad = PPOSearch(model, budget, PPOConfig(seed=0, proxy="synflow+naswot"), proxy=lambda a: np.zeros((len(a) + 1, 2)))
+    with pytest.raises(HwAwareError, match="one finite score"):
+        for _ in range(8):
+            arch = bad.ask()
+            bad.tell(arch, {"default": 0.5})

@@ -16,6 +16,8 @@ from nni_hwaware.options import from_mapping
 __all__ = ["REWARDS", "PPOConfig"]
 
 REWARDS = ("accuracy", "neg_flops", "mnas")
+#: The zero-cost proxies (``nni_hwaware.zero_cost.PROXIES``, kept here free of torch).
+PROXIES = ("synflow", "naswot", "synflow+naswot", "none")
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,9 @@ class PPOConfig:
     """A zero-cost proxy of accuracy (:mod:`nni_hwaware.zero_cost`) as one more feature of the surrogate's
     trend: each network scored at initialisation, without data (one forward and backward pass,
     cached), so that among networks of the same cost those that will train better stand out before
-    any is trained. ``synflow`` or ``none``. It needs the space's networks: the tuner and the
+    any is trained. ``synflow``, ``naswot`` (how differently the network's units split 16 Gaussian
+    inputs, :func:`~nni_hwaware.zero_cost.naswot`), ``synflow+naswot`` (both, one feature each) or
+    ``none``. It needs the space's networks: the tuner and the
     strategy build them; :class:`PPOSearch` alone is given the scores (its ``proxy`` argument)."""
     proxy_space_args: Mapping[str, Any] | None = field(default=None, hash=False)
     """Constructor arguments of the replica of the space the proxy scores (e.g. ``{stem_out_channels: 8}``
@@ -169,8 +173,8 @@ class PPOConfig:
         for name in ("update_every", "epochs", "hidden", "max_resample", "screen"):
             if getattr(self, name) < 1:
                 raise HwAwareError(f"PPO option {name} must be >= 1, got {getattr(self, name)}")
-        if self.proxy not in ("synflow", "none"):
-            raise HwAwareError(f"PPO option proxy must be 'synflow' or 'none', got {self.proxy!r}")
+        if self.proxy not in PROXIES:
+            raise HwAwareError(f"PPO option proxy must be one of {', '.join(PROXIES)}, got {self.proxy!r}")
         if self.proxy_space_args is not None and not isinstance(self.proxy_space_args, Mapping):
             raise HwAwareError(f"PPO option proxy_space_args must be a mapping of constructor arguments, "
                                f"got {self.proxy_space_args!r}")

@@ -136,7 +136,7 @@ class PPOSearch:
         self.generator = torch.Generator().manual_seed(self.config.seed)
         #: The zero-cost proxy (``config.proxy``): architectures in, scores out (e.g. :class:`ProxyScores`).
         self.proxy = proxy if c.proxy != "none" else None
-        self._proxy_scores: dict[tuple[int, ...], float] = {}
+        self._proxy_scores: dict[tuple[int, ...], float | tuple[float, ...]] = {}
         self._asking = False
         self.surrogate = Surrogate(self.n_layers, self._trend_features if c.trend else None, ard=c.ard)
         self.pending: dict[tuple[int, ...], _Episode] = {}
@@ -479,20 +479,23 @@ class PPOSearch:
                                      dtype=float).clip(min=1e-12))
         if self.proxy is None:
             return features
-        return np.hstack([features, self.proxy_scores(keys)[:, None]])
+        return np.hstack([features, self.proxy_scores(keys).reshape(len(keys), -1)])
 
     def proxy_scores(self, keys: list[tuple[int, ...]]) -> np.ndarray:
-        """The zero-cost proxy's score of each architecture (its indices), asked once per architecture."""
+        """The zero-cost proxy's score of each architecture (its indices), asked once per architecture: one
+        row each, of one score or of several (``synflow+naswot``)."""
         missing = list(dict.fromkeys(k for k in keys if k not in self._proxy_scores))
         if missing:
             start = time.perf_counter()
-            scores = np.asarray(self.proxy([self.arch_of(k) for k in missing]), dtype=float).reshape(-1)
+            scores = np.asarray(self.proxy([self.arch_of(k) for k in missing]), dtype=float)
             if not self._asking:  # scored for a result (warm-up, resume): counted as decision time too
                 self.decision_seconds += time.perf_counter() - start
-            if scores.shape != (len(missing),) or not np.isfinite(scores).all():
-                raise HwAwareError(f"the zero-cost proxy must give one finite score per architecture; it gave "
-                                   f"{scores.shape[0]} for {len(missing)} (non-finite: {int((~np.isfinite(scores)).sum())})")
-            self._proxy_scores.update(zip(missing, map(float, scores), strict=True))
+            if scores.ndim not in (1, 2) or len(scores) != len(missing) or not np.isfinite(scores).all():
+                raise HwAwareError(f"the zero-cost proxy must give one finite score per architecture (or a row of scores each); "
+                                   f"it gave {len(scores) if scores.ndim else 0} for {len(missing)} "
+                                   f"(non-finite: {int((~np.isfinite(scores)).sum())})")
+            self._proxy_scores.update(zip(missing, (float(v) if scores.ndim == 1 else tuple(map(float, v))
+                                                    for v in scores), strict=True))
         return np.asarray([self._proxy_scores[k] for k in keys], dtype=float)
 
     def _fit_surrogate(self) -> None:

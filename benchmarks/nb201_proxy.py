@@ -66,7 +66,8 @@ def _score(task: tuple[list[dict[str, str]], dict[str, Any], tuple[int, ...] | N
     values, times = [], []
     for arch in archs:
         start = time.perf_counter()
-        values.append(float(scores([arch])[0]))
+        value = scores([arch])[0]
+        values.append(float(value) if np.ndim(value) == 0 else value.tolist())  # one proxy, or a row of them
         times.append(1000 * (time.perf_counter() - start))
     return values, times
 

@@ -30,9 +30,10 @@ what budget masking alone gives. ``ppo`` is
 NB201, both with :class:`PPOConfig`'s defaults plus ``--ppo`` (learning from the measured
 costs); the ablations run the same core: ``ppo_trusting`` (no correction: the table is
 trusted), ``ppo_no_margin`` (corrected, no margin), ``ppo_no_risk`` (no risk allowance),
-``ppo_conformal`` (one conformal margin for every network instead of the GP's) and the variant
-``ppo_risk_floor`` (each candidate's chance of measuring over at least what the table's
-errors as a whole give it, not the GP's alone).
+``ppo_conformal`` (one conformal margin for every network instead of the GP's),
+``ppo_no_risk_floor`` (each candidate's chance of measuring over the GP's alone, not at least
+what the table's errors as a whole give it) and ``ppo_synflow`` (one zero-cost proxy, SynFlow,
+instead of SynFlow and NASWOT).
 NNI's own RL searchers (``policy_based_rl``, ``nni_ppo``) run where their extra
 packages are installed (see :mod:`rl_peers`), else the output says ``skipped``.
 
@@ -89,14 +90,16 @@ from nni_hwaware.strategies.ppo.config import PPOConfig
 DATA = Path(__file__).parent / "data"
 SPACE = "digits_tiny"
 NNI_TUNERS = ("random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
-STRATEGIES = ("ppo", "ppo_trusting", "ppo_no_margin", "ppo_no_risk", "ppo_conformal", "ppo_risk_floor",
+STRATEGIES = ("ppo", "ppo_trusting", "ppo_no_margin", "ppo_no_risk", "ppo_conformal", "ppo_no_risk_floor",
+              "ppo_synflow",
               "random_feasible", "random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
 #: Ablations and variants of PPO's learning from measured costs (on by default): the options each adds to ``--ppo``.
 ABLATIONS = {"ppo_trusting": {"correct": False},
              "ppo_no_margin": {"margin": False},
              "ppo_no_risk": {"risk": 1.0},
              "ppo_conformal": {"margin_model": "conformal"},
-             "ppo_risk_floor": {"risk_floor": True}}
+             "ppo_no_risk_floor": {"risk_floor": False},
+             "ppo_synflow": {"proxy": "synflow"}}
 CHECKPOINTS = (25, 50, 100)
 #: Accuracy points below which a regret is 0 (the benchmarks' accuracies have two decimals).
 REGRET_FLOOR = 0.01

@@ -5,16 +5,21 @@ every weight made positive, an all-ones input, the output summed and back-propag
 score is the sum over all parameters of ``|weight x gradient|`` (the "synaptic flow"
 through the network). It costs one forward and one backward pass of one sample.
 
+:func:`naswot` is NASWOT (Mellor et al. 2021) on Gaussian inputs in place of data: how
+differently the network's ReLU-like units split a batch of inputs. It costs one forward pass.
+
 :class:`ProxyScores` scores the networks of any NNI model space, cached per architecture,
-as the log of :func:`synflow` (``log(1 + score)``). The PPO search adds it to its accuracy
-surrogate's trend beside the table's costs (``PPOConfig.proxy``): among networks of the same
-cost it tells apart those that train better, which the costs cannot.
+by one of them or both (``synflow+naswot``, one column each; SynFlow as ``log(1 + score)``).
+The PPO search adds the scores to its accuracy surrogate's trend beside the table's costs
+(``PPOConfig.proxy``): among networks of the same cost they tell apart those that train
+better, which the costs cannot.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,7 +32,9 @@ from torch import nn
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["PROXIES", "ProxyScores", "naswot", "synflow"]
+_logger = logging.getLogger(__name__)
+
+__all__ = ["PROXIES", "ProxyScores", "naswot", "naswot_floor", "synflow"]
 
 #: The proxies :class:`ProxyScores` computes ("none": no proxy); ``a+b`` scores both, one column each.
 PROXIES = ("synflow", "naswot", "synflow+naswot", "none")
@@ -119,6 +126,20 @@ def naswot(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, ba
     return float(torch.linalg.slogdet(kernel + ridge)[1])
 
 
+def naswot_floor(batch: int = 16) -> float:
+    """The lowest :func:`naswot` score of a batch of ``batch``: one unit on which every input agrees.
+
+    :class:`ProxyScores` gives it to a network without ReLU-like units (a linear network codes
+    every input alike), which :func:`naswot` itself refuses.
+    """
+    kernel = torch.ones(batch, batch, dtype=torch.float64) + NASWOT_RIDGE * torch.eye(batch, dtype=torch.float64)
+    return float(torch.linalg.slogdet(kernel)[1])
+
+
+def _has_gates(network: nn.Module) -> bool:
+    return any(isinstance(m, _GATES) for m in network.modules())
+
+
 def _linearise(network: nn.Module) -> None:
     for name, child in list(network.named_children()):
         if isinstance(child, _CLIPPING):
@@ -154,8 +175,22 @@ class ProxyScores:
         self.computed = 0
 
     def check(self, arch: Mapping[str, Any]) -> np.ndarray:
-        """Score ``arch`` (e.g. the reference network, before a search) and say in one line why it cannot be."""
+        """Score ``arch`` (e.g. the reference network, before a search) and say in one line why it cannot be.
+
+        Where ``arch``'s network has no ReLU-like activation module, ``naswot`` cannot read the space: alone it
+        is refused, beside another proxy it is dropped (with a warning) and the other scores alone.
+        """
         try:
+            if "naswot" in self.parts and not _has_gates(self.build(arch)):
+                if len(self.parts) == 1:
+                    raise HwAwareError(f"naswot reads the units of ReLU-like activation modules, and the networks of "
+                                       f"{self.named.name} have none (functional activations are not seen); "
+                                       "use proxy: synflow")
+                _logger.warning("naswot reads ReLU-like activation modules and the networks of %s have none "
+                                "(functional activations are not seen): the zero-cost proxy is %s alone",
+                                self.named.name, " and ".join(p for p in self.parts if p != "naswot"))
+                self.parts = tuple(p for p in self.parts if p != "naswot")
+                self.proxy = "+".join(self.parts)
             return np.asarray(self([arch])[0])
         except HwAwareError:
             raise
@@ -182,7 +217,15 @@ class ProxyScores:
     def _score(self, network: nn.Module) -> float | tuple[float, ...]:
         shape = (1, *self.input_shape)
         # NASWOT first: SynFlow scored in place makes the weights positive
-        wot = naswot(network, shape, in_place=True) if "naswot" in self.parts else math.nan
+        # a network without ReLU-like units (or none that ran) codes every input alike: the lowest score
+        wot = math.nan
+        if "naswot" in self.parts:
+            try:
+                wot = naswot(network, shape, in_place=True) if _has_gates(network) else naswot_floor()
+            except HwAwareError as err:
+                if "no activation" not in str(err):
+                    raise
+                wot = naswot_floor()
         flow = math.log1p(synflow(network, shape, in_place=True)) if "synflow" in self.parts else math.nan
         values = tuple(flow if part == "synflow" else wot for part in self.parts)
         return values[0] if len(values) == 1 else values

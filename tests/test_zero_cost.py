@@ -194,9 +194,10 @@ def test_the_tuner_scores_the_networks_it_screens_and_keeps_the_scores_for_a_res
     scored = session.proxy.computed
     assert scored == len(tuner.search._proxy_scores) > 0
     stats = session.stats()["proxy"]
-    assert stats["proxy"] == "synflow" and stats["networks"] == scored and stats["ms_per_network"] > 0
+    # the default: both proxies, one column each
+    assert stats["proxy"] == "synflow+naswot" and stats["networks"] == scored and stats["ms_per_network"] > 0
     written = tuner.output_dir / "proxy_scores.csv"
-    assert written.is_file()
+    assert "log_score_synflow,log_score_naswot" in written.read_text().splitlines()[0]
     resumed = tiny_tuner(tmp_path, ppo={"seed": 0}, state_file=str(state), search_trials=6, retrain={"epochs": 1})
     assert resumed._session().proxy.computed == 0 and len(resumed._session().proxy.cache) == scored
     with pytest.raises(HwAwareError, match="PPO option proxy_scores: no file"):
@@ -372,3 +373,55 @@ def test_the_search_takes_a_row_of_scores_per_architecture_as_one_feature_each()
         for _ in range(8):
             arch = bad.ask()
             bad.tell(arch, {"default": 0.5})
+
+
+def _one_choice_space(candidates: dict[str, nn.Module], functional_relu: bool):
+    """A user's space of one LayerChoice after a stem, with the stem's ReLU a function or a module."""
+    from nni_hwaware.nni_fixes import import_nni_nas
+
+    nas = import_nni_nas()
+
+    class OneChoice(nas.ModelSpace):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Conv2d(1, 4, 3, padding=1)
+            self.act = nn.Identity() if functional_relu else nn.ReLU()
+            self.op = nas.LayerChoice(candidates, label="op")
+            self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.act(self.stem(x))
+            return self.head(self.op(torch.relu(x) if functional_relu else x))
+
+    from nni_hwaware.spaces.resolve import resolve_space
+
+    return resolve_space(OneChoice(), input_shape=(1, 8, 8), reference={"op": next(iter(candidates))})
+
+
+def test_naswot_beside_synflow_is_dropped_where_the_space_has_no_activation_modules_and_refused_alone(
+        caplog) -> None:
+    named = _one_choice_space({"conv3": nn.Conv2d(4, 4, 3, padding=1), "conv1": nn.Conv2d(4, 4, 1)},
+                              functional_relu=True)
+    both = ProxyScores(named, "synflow+naswot")
+    with caplog.at_level("WARNING", logger="nni_hwaware.zero_cost"):
+        score = both.check({"op": "conv3"})
+    assert both.parts == ("synflow",) and both.proxy == "synflow" and both.columns == ["log_score"]
+    assert score.shape == () and np.isfinite(score)
+    assert "functional activations are not seen): the zero-cost proxy is synflow alone" in caplog.text
+    assert both([{"op": "conv1"}]).shape == (1,)  # one score a network from then on
+    with pytest.raises(HwAwareError, match="networks of OneChoice have none .*use proxy: synflow"):
+        ProxyScores(named, "naswot").check({"op": "conv3"})
+
+
+def test_a_network_without_activation_units_scores_naswots_floor_the_lowest_a_batch_can_score() -> None:
+    from nni_hwaware.zero_cost import NASWOT_RIDGE, naswot_floor
+
+    batch = 16  # one unit on which all inputs agree: det(J + r I) = r^(B-1) (r + B)
+    assert naswot_floor(batch) == pytest.approx((batch - 1) * np.log(NASWOT_RIDGE) + np.log(NASWOT_RIDGE + batch))
+    named = _one_choice_space({"gated": nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.ReLU()),
+                               "linear": nn.Conv2d(4, 4, 3, padding=1)}, functional_relu=True)
+    both = ProxyScores(named, "synflow+naswot")
+    both.check({"op": "gated"})  # the reference reads its ReLU: both proxies stay
+    scores = both([{"op": "gated"}, {"op": "linear"}])
+    assert scores.shape == (2, 2) and np.isfinite(scores).all()
+    assert scores[1, 1] == pytest.approx(naswot_floor()) and scores[1, 1] < scores[0, 1]

@@ -75,14 +75,17 @@ class PPOConfig:
     (the logs of its latency, FLOPs and parameters), its weight (0 or 1) chosen by marginal
     likelihood with the length scale and noise: where accuracy grows with compute, the surrogate
     extrapolates it to architectures far from those tried (False: the Hamming kernel alone)."""
-    proxy: str = "synflow"
-    """A zero-cost proxy of accuracy (:mod:`nni_hwaware.zero_cost`) as one more feature of the surrogate's
-    trend: each network scored at initialisation, without data (one forward and backward pass,
+    proxy: str = "synflow+naswot"
+    """Zero-cost proxies of accuracy (:mod:`nni_hwaware.zero_cost`) as more features of the surrogate's
+    trend: each network scored at initialisation, without data (a forward and a backward pass,
     cached), so that among networks of the same cost those that will train better stand out before
-    any is trained. ``synflow``, ``naswot`` (how differently the network's units split 16 Gaussian
-    inputs, :func:`~nni_hwaware.zero_cost.naswot`), ``synflow+naswot`` (both, one feature each) or
-    ``none``. It needs the space's networks: the tuner and the
-    strategy build them; :class:`PPOSearch` alone is given the scores (its ``proxy`` argument)."""
+    any is trained. ``synflow+naswot`` (the default: both, one feature each), ``synflow`` (one
+    forward and backward pass on an all-ones input), ``naswot`` (how differently the network's units
+    split 16 Gaussian inputs, :func:`~nni_hwaware.zero_cost.naswot`) or ``none``. On the 24
+    NAS-Bench-201 suites of ``benchmarks/search_efficiency.py`` (with ``risk_floor``, 10 seeds) the two
+    gave 0.483x random's regret at 100 trials where SynFlow alone gave 0.514x. It needs the space's
+    networks: the tuner and the strategy build them; :class:`PPOSearch` alone is given the scores
+    (its ``proxy`` argument)."""
     proxy_space_args: Mapping[str, Any] | None = field(default=None, hash=False)
     """Constructor arguments of the replica of the space the proxy scores (e.g. ``{stem_out_channels: 8}``
     for ``nni:NasBench201``): a narrower replica scores faster. Keep the depth: on NAS-Bench-201 one cell a
@@ -127,14 +130,15 @@ class PPOConfig:
     margin_model: str = "gp"
     """How the margin is set: ``gp``, per architecture from a Gaussian process of the measured
     ratios (tight near measured networks); ``conformal``, one quantile for every architecture."""
-    risk_floor: bool = False
+    risk_floor: bool = True
     """With the GP margin, each candidate's probability of measuring over the budget is at least what
     the table's errors as a whole give it (the correction's leave-one-out residuals, as before the GP
     is fitted), not the GP's alone: beside measured networks the GP is confident, and among many
     candidates near the budget's edge the search picks those it is most optimistic about. On the 24
-    NAS-Bench-201 suites of ``benchmarks/search_efficiency.py`` (``risk`` 0.02, 10 seeds) it kept the
-    share of proposals over the measured budget below random search's in every suite (1.64 % of all)
-    for 0.514x random's regret at 100 trials, where False gives 0.494x and 22 of 24 suites."""
+    NAS-Bench-201 suites of ``benchmarks/search_efficiency.py`` (``risk`` 0.02, both proxies, 10 seeds)
+    it kept the share of proposals over the measured budget below random search's in every suite
+    (1.50 % of all) for 0.483x random's regret at 100 trials; False gave 0.465x, 1.76 % and 21 of 24
+    suites below random's runs (False: the GP's probability alone)."""
     weigh_feasibility: bool = True
     """With ``correct``, the surrogate's expected improvement of a draw is multiplied by its
     probability of fitting the budget as measured (constrained expected improvement)."""

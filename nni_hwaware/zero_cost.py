@@ -276,6 +276,10 @@ class ProxyScores:
         except OSError as err:
             raise HwAwareError(f"cannot read proxy scores {path}: {err.strerror or err}") from None
         need = [*self.labels, *self.columns]
+        if rows and rows[0].get("proxy", self.proxy) != self.proxy:
+            raise HwAwareError(f"proxy scores {path} are of proxy {rows[0]['proxy']}, and this search scores "
+                               f"{self.proxy}; score them with `nni-hwaware proxy --proxy {self.proxy}` or set "
+                               f"proxy: {rows[0]['proxy']}")
         if rows and (missing := [c for c in need if c not in rows[0]]):
             raise HwAwareError(f"proxy scores {path} lack columns {missing}; they are of another space "
                                f"(this one's labels: {self.labels})")

@@ -351,7 +351,10 @@ def test_both_proxies_score_a_hub_space_in_two_columns_that_round_trip_through_t
     again = ProxyScores(nb201_replica, "synflow+naswot", input_shape=(3, 8, 8))
     assert again.load(tmp_path / "proxy_scores.csv") == 4 and again.computed == 0
     np.testing.assert_array_equal(again(cells), scores)
-    with pytest.raises(HwAwareError, match="lack columns"):
+    # a search of one proxy given both's scores (or the other way round) says what to do
+    with pytest.raises(HwAwareError, match=r"are of proxy synflow\+naswot, and this search scores synflow; "
+                                           r"score them with `nni-hwaware proxy --proxy synflow` or set "
+                                           r"proxy: synflow\+naswot$"):
         ProxyScores(nb201_replica, input_shape=(3, 8, 8)).load(tmp_path / "proxy_scores.csv")
 
 
@@ -409,7 +412,7 @@ def test_naswot_beside_synflow_is_dropped_where_the_space_has_no_activation_modu
     assert score.shape == () and np.isfinite(score)
     assert "functional activations are not seen): the zero-cost proxy is synflow alone" in caplog.text
     assert both([{"op": "conv1"}]).shape == (1,)  # one score a network from then on
-    with pytest.raises(HwAwareError, match="networks of OneChoice have none .*use proxy: synflow"):
+    with pytest.raises(HwAwareError, match=r"networks of OneChoice have none .*use proxy: synflow"):
         ProxyScores(named, "naswot").check({"op": "conv3"})
 
 

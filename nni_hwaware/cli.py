@@ -343,8 +343,6 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
         if not shape or min(shape) < 1:
             raise HwAwareError(f"--input-shape must be sizes such as 3x16x16, got {args.input_shape!r}")
     scores = ProxyScores(named, args.proxy, input_shape=shape)
-    if args.merge and Path(args.out).is_file():
-        scores.load(args.out)
     choices = named.choices()
     size = math.prod(len(v) for v in choices.values())
     if args.samples is None and size > args.limit:
@@ -357,6 +355,9 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     else:
         rng = random.Random(args.seed)
         archs = [{label: rng.choice(values) for label, values in choices.items()} for _ in range(args.samples)]
+    scores.prepare(archs[0])  # the proxies the space's networks can feed (naswot needs ReLU-like modules)
+    if args.merge and Path(args.out).is_file():
+        scores.load(args.out)
     start = time.perf_counter()
     scores.check(archs[0])  # a network that cannot be scored: one line before the rest
     scores(archs)

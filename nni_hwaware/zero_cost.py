@@ -174,30 +174,47 @@ class ProxyScores:
         self.seconds = 0.0
         self.computed = 0
 
-    def check(self, arch: Mapping[str, Any]) -> np.ndarray:
-        """Score ``arch`` (e.g. the reference network, before a search) and say in one line why it cannot be.
-
-        Where ``arch``'s network has no ReLU-like activation module, ``naswot`` cannot read the space: alone it
-        is refused, beside another proxy it is dropped (with a warning) and the other scores alone.
-        """
+    def prepare(self, arch: Mapping[str, Any]) -> None:
+        """Drop ``naswot`` beside another proxy where ``arch``'s network (e.g. the reference) has no ReLU-like
+        activation module for it to read, with a warning; refuse ``naswot`` alone there, in one line."""
+        if "naswot" not in self.parts:
+            return
         try:
-            if "naswot" in self.parts and not _has_gates(self.build(arch)):
-                if len(self.parts) == 1:
-                    raise HwAwareError(f"naswot reads the units of ReLU-like activation modules, and the networks of "
-                                       f"{self.named.name} have none (functional activations are not seen); "
-                                       "use proxy: synflow")
-                _logger.warning("naswot reads ReLU-like activation modules and the networks of %s have none "
-                                "(functional activations are not seen): the zero-cost proxy is %s alone",
-                                self.named.name, " and ".join(p for p in self.parts if p != "naswot"))
-                self.parts = tuple(p for p in self.parts if p != "naswot")
-                self.proxy = "+".join(self.parts)
+            network = self.build(arch)
+        except HwAwareError:
+            raise
+        except Exception as err:  # a user's space can fail in any way: one line says where
+            raise self._cannot(err) from None
+        if _has_gates(network):
+            return
+        if len(self.parts) == 1:
+            raise HwAwareError(f"naswot reads the units of ReLU-like activation modules, and the networks of "
+                               f"{self.named.name} have none (functional activations are not seen); "
+                               "use proxy: synflow")
+        _logger.warning("naswot reads ReLU-like activation modules and the networks of %s have none "
+                        "(functional activations are not seen): the zero-cost proxy is %s alone",
+                        self.named.name, " and ".join(p for p in self.parts if p != "naswot"))
+        keep = [i for i, part in enumerate(self.parts) if part != "naswot"]
+        self.parts = tuple(self.parts[i] for i in keep)
+        self.proxy = "+".join(self.parts)
+        self.cache = {key: (value if not isinstance(value, tuple) else value[keep[0]] if len(keep) == 1
+                            else tuple(value[i] for i in keep)) for key, value in self.cache.items()}
+
+    def check(self, arch: Mapping[str, Any]) -> np.ndarray:
+        """Score ``arch`` (e.g. the reference network, before a search) and say in one line why it cannot be
+        (after :meth:`prepare`)."""
+        try:
+            self.prepare(arch)
             return np.asarray(self([arch])[0])
         except HwAwareError:
             raise
         except Exception as err:  # a user's space can fail in any way: one line says where
-            raise HwAwareError(f"the zero-cost proxy cannot score a network of {self.named.name!r} with inputs of "
-                               f"{list(self.input_shape)}: {type(err).__name__}: {' '.join(str(err).split())[:200]}; "
-                               "check proxy_input_shape and proxy_space_args, or set proxy: none") from None
+            raise self._cannot(err) from None
+
+    def _cannot(self, err: Exception) -> HwAwareError:
+        return HwAwareError(f"the zero-cost proxy cannot score a network of {self.named.name!r} with inputs of "
+                            f"{list(self.input_shape)}: {type(err).__name__}: {' '.join(str(err).split())[:200]}; "
+                            "check proxy_input_shape and proxy_space_args, or set proxy: none")
 
     def _key(self, arch: Mapping[str, Any]) -> tuple[str, ...]:
         return tuple(str(arch[label]) for label in self.labels)

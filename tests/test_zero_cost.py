@@ -406,12 +406,13 @@ def test_naswot_beside_synflow_is_dropped_where_the_space_has_no_activation_modu
     named = _one_choice_space({"conv3": nn.Conv2d(4, 4, 3, padding=1), "conv1": nn.Conv2d(4, 4, 1)},
                               functional_relu=True)
     both = ProxyScores(named, "synflow+naswot")
+    both.cache[("conv1",)] = (1.5, 2.5)  # scored as a row before (read from a file): SynFlow's part is kept
     with caplog.at_level("WARNING", logger="nni_hwaware.zero_cost"):
         score = both.check({"op": "conv3"})
     assert both.parts == ("synflow",) and both.proxy == "synflow" and both.columns == ["log_score"]
-    assert score.shape == () and np.isfinite(score)
+    assert score.shape == () and np.isfinite(score) and both.cache[("conv1",)] == 1.5
     assert "functional activations are not seen): the zero-cost proxy is synflow alone" in caplog.text
-    assert both([{"op": "conv1"}]).shape == (1,)  # one score a network from then on
+    assert both([{"op": "conv1"}, {"op": "conv3"}]).shape == (2,)  # one score a network from then on
     with pytest.raises(HwAwareError, match=r"networks of OneChoice have none .*use proxy: synflow"):
         ProxyScores(named, "naswot").check({"op": "conv3"})
 

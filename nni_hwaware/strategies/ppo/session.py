@@ -237,6 +237,7 @@ class SearchSession:
                 raise HwAwareError(f"PPO option proxy_space_args: the replica does not offer the space's choices "
                                    f"{missing[:3]}; give arguments that keep every label and value")
         proxy = ProxyScores(named, config.proxy, input_shape=config.proxy_input_shape)
+        proxy.prepare(self.reference)  # the proxies this space's networks can feed, before reading any scores
         if config.proxy_scores:  # scored before, by another search
             path = workdir.resolve(config.proxy_scores)
             if not path.is_file():

@@ -173,11 +173,12 @@ class ProxyScores:
         self.cache: dict[tuple[str, ...], float | tuple[float, ...]] = {}
         self.seconds = 0.0
         self.computed = 0
+        self._prepared = False
 
     def prepare(self, arch: Mapping[str, Any]) -> None:
         """Drop ``naswot`` beside another proxy where ``arch``'s network (e.g. the reference) has no ReLU-like
         activation module for it to read, with a warning; refuse ``naswot`` alone there, in one line."""
-        if "naswot" not in self.parts:
+        if "naswot" not in self.parts or self._prepared:
             return
         try:
             network = self.build(arch)
@@ -185,6 +186,7 @@ class ProxyScores:
             raise
         except Exception as err:  # a user's space can fail in any way: one line says where
             raise self._cannot(err) from None
+        self._prepared = True  # settled once, on the first network asked (the search's reference)
         if _has_gates(network):
             return
         if len(self.parts) == 1:

@@ -318,8 +318,10 @@ def _add_proxy(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the random networks' seed (with --samples)")
     parser.add_argument("--out", required=True, help="CSV to write: give it to a search as the PPO option proxy_scores")
     parser.add_argument("--merge", action="store_true", help="keep the scores --out already holds")
-    parser.add_argument("--proxy", default="synflow+naswot", choices=["synflow", "naswot", "synflow+naswot"],
-                        help="the proxies scored (the PPO option proxy): synflow+naswot (default), synflow or naswot")
+    from nni_hwaware.strategies.ppo.config import PROXIES, PPOConfig
+
+    parser.add_argument("--proxy", default=PPOConfig.proxy, choices=[p for p in PROXIES if p != "none"],
+                        help=f"the proxies scored (the PPO option proxy; default {PPOConfig.proxy})")
 
 
 @command("proxy", "score a space's networks by the zero-cost proxy ahead of a search (PPO option proxy_scores)",

@@ -34,10 +34,11 @@ from nni_hwaware.errors import HwAwareError
 
 _logger = logging.getLogger(__name__)
 
-__all__ = ["PROXIES", "ProxyScores", "naswot", "naswot_floor", "synflow"]
+#: The scores :class:`ProxyScores` computes; ``synflow+naswot`` asks for both, one column each.
+SCORERS = ("synflow", "naswot")
 
-#: The proxies :class:`ProxyScores` computes ("none": no proxy); ``a+b`` scores both, one column each.
-PROXIES = ("synflow", "naswot", "synflow+naswot", "none")
+__all__ = ["SCORERS", "ProxyScores", "naswot", "naswot_floor", "synflow"]
+
 
 
 def synflow(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, in_place: bool = False) -> float:
@@ -98,7 +99,17 @@ def naswot(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, ba
         raise HwAwareError(f"naswot needs an input shape of positive sizes such as (1, 3, 32, 32), got {shape}")
     if batch < 2:
         raise HwAwareError(f"naswot needs a batch of at least 2 inputs, got {batch}")
-    network = module if in_place else copy.deepcopy(module)
+    if not _has_gates(module):
+        raise HwAwareError(f"naswot reads the units of ReLU-like activation modules, and a {type(module).__name__} "
+                           "has none (functional activations are not seen); use proxy: synflow")
+    score = _naswot(module if in_place else copy.deepcopy(module), shape, batch, seed)
+    if score is None:
+        raise HwAwareError(f"naswot: no activation of a {type(module).__name__} ran on its input; use proxy: synflow")
+    return score
+
+
+def _naswot(network: nn.Module, shape: tuple[int, ...], batch: int = 16, seed: int = 0) -> float | None:
+    """:func:`naswot` of ``network`` itself (put in eval mode), or None where no ReLU-like unit ran."""
     network.eval()
     kernel = torch.zeros(batch, batch, dtype=torch.float64)
     units = 0
@@ -110,9 +121,6 @@ def naswot(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, ba
         units += codes.shape[1]
 
     hooks = [m.register_forward_hook(read) for m in network.modules() if isinstance(m, _GATES)]
-    if not hooks:
-        raise HwAwareError(f"naswot reads the units of ReLU-like activation modules, and a {type(module).__name__} "
-                           "has none (functional activations are not seen); use proxy: synflow")
     inputs = torch.randn((batch, *shape[1:]), generator=torch.Generator().manual_seed(seed))
     try:
         with torch.no_grad():
@@ -121,7 +129,7 @@ def naswot(module: nn.Module, example_input: torch.Tensor | Sequence[int], *, ba
         for hook in hooks:
             hook.remove()
     if not units:
-        raise HwAwareError(f"naswot: no activation of a {type(module).__name__} ran on its input; use proxy: synflow")
+        return None
     ridge = NASWOT_RIDGE * units * torch.eye(batch, dtype=torch.float64)
     return float(torch.linalg.slogdet(kernel + ridge)[1])
 
@@ -160,11 +168,13 @@ class ProxyScores:
     """
 
     def __init__(self, named: Any, proxy: str = "synflow", input_shape: Sequence[int] | None = None) -> None:
-        if proxy not in PROXIES or proxy == "none":
-            raise HwAwareError(f"unknown zero-cost proxy {proxy!r}; choose one of {[p for p in PROXIES if p != 'none']}")
+        parts = proxy.split("+")
+        if not set(parts) <= set(SCORERS) or len(set(parts)) != len(parts):
+            raise HwAwareError(f"unknown zero-cost proxy {proxy!r}; choose one of {list(SCORERS)} or both, "
+                               f"joined by '+'")
         self.named, self.proxy = named, proxy
         #: The proxies scored, one column each when more than one.
-        self.parts = tuple(proxy.split("+"))
+        self.parts = tuple(parts)
         self.input_shape = tuple(int(v) for v in (input_shape or named.input_shape))
         self.labels = list(named.choices())
         #: What the scores are of: the space, its constructor arguments and the input (saved with them).
@@ -235,16 +245,12 @@ class ProxyScores:
 
     def _score(self, network: nn.Module) -> float | tuple[float, ...]:
         shape = (1, *self.input_shape)
-        # NASWOT first: SynFlow scored in place makes the weights positive
-        # a network without ReLU-like units (or none that ran) codes every input alike: the lowest score
+        # NASWOT first: SynFlow scored in place makes the weights positive. A network without ReLU-like
+        # units (or none that ran) codes every input alike: the lowest score
         wot = math.nan
         if "naswot" in self.parts:
-            try:
-                wot = naswot(network, shape, in_place=True) if _has_gates(network) else naswot_floor()
-            except HwAwareError as err:
-                if "no activation" not in str(err):
-                    raise
-                wot = naswot_floor()
+            wot = _naswot(network, shape)
+            wot = naswot_floor() if wot is None else wot
         flow = math.log1p(synflow(network, shape, in_place=True)) if "synflow" in self.parts else math.nan
         values = tuple(flow if part == "synflow" else wot for part in self.parts)
         return values[0] if len(values) == 1 else values

@@ -16,7 +16,7 @@ from nni_hwaware.options import from_mapping
 __all__ = ["REWARDS", "PPOConfig"]
 
 REWARDS = ("accuracy", "neg_flops", "mnas")
-#: The zero-cost proxies (``nni_hwaware.zero_cost.PROXIES``, kept here free of torch).
+#: The zero-cost proxies :mod:`nni_hwaware.zero_cost` scores (``a+b``: both, one feature each; "none": no proxy).
 PROXIES = ("synflow", "naswot", "synflow+naswot", "none")
 
 

@@ -6,18 +6,27 @@ A busy machine times everything slow; the ratio does not move. So "over the budg
 measured" is judged on the table's scale: the measured ratio times the table's latency of the
 reference (:data:`RATIO_LATENCY`, added by :func:`on_table_scale`), and memory as measured.
 
-The search (its correction and ``best()``), a trial deciding whether to train a network it
-measured over the budget, and the report all judge with these functions, so they never disagree.
+A network fits the budget as measured when the upper end of its measured 95 % interval does
+(:attr:`Measurement.latency_high_ms`: the ratio's interval times the table's latency of the
+reference): a measurement costs seconds and a training minutes to hours, so only networks measured
+to fit are trained. A result that only measured its network (a screening measurement, or a search
+trial that measured its network over the budget: ``not_trained``) is a :class:`Measurement` with
+``trained`` False; it costs the search a measurement, not a training.
+
+The search (its feasibility, :mod:`nni_hwaware.strategies.feasibility`, and ``best()``), a trial
+deciding whether to train a network it measured, and the report all judge with :class:`Measurement`,
+so they never disagree.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MEASURED", "RATIO_LATENCY", "measured_cost", "measured_costs", "measured_within", "on_table_scale",
-           "positive"]
+__all__ = ["MEASURED", "RATIO_LATENCY", "RATIO_LATENCY_HIGH", "Measurement", "measured_cost", "measured_costs",
+           "measured_within", "on_table_scale", "positive"]
 
 #: The metrics a trial measures on its chip (and the budget names they are judged against).
 MEASURED = ("latency_ms", "memory_mb")
@@ -25,6 +34,10 @@ MEASURED = ("latency_ms", "memory_mb")
 #: A result's measured latency on the cost table's scale: the ratio to the reference network
 #: that the trial measured (both timed in the same rounds) times the table's latency of the reference.
 RATIO_LATENCY = "ratio_latency_ms"
+#: The upper end of that latency's 95 % interval (the ratio's interval times the table's reference latency).
+RATIO_LATENCY_HIGH = "ratio_latency_high_ms"
+#: A result's key that says it measured its network and did not train it.
+NOT_TRAINED = "not_trained"
 
 
 def positive(value: Any) -> float | None:
@@ -47,7 +60,10 @@ def on_table_scale(metrics: Mapping[str, Any], reference_latency_ms: float | Non
     ratio, reference = positive(metrics.get("latency_ratio")), positive(reference_latency_ms)
     if ratio is None or reference is None:
         return dict(metrics)
-    return {**metrics, RATIO_LATENCY: ratio * reference}
+    out = {**metrics, RATIO_LATENCY: ratio * reference}
+    if (high := positive(metrics.get("latency_ratio_ci95_high"))) is not None:
+        out[RATIO_LATENCY_HIGH] = max(high, ratio) * reference
+    return out
 
 
 def measured_costs(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -74,3 +90,54 @@ def measured_within(trial: Mapping[str, Any], budget: Mapping[str, Any] | None) 
                 and float(value) > float(limit):
             return False
     return True
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one result measured of its network on the chip, on the cost table's scale.
+
+    ``latency_ms`` is the point figure (:func:`measured_costs`), ``latency_high_ms`` the upper end of its
+    95 % interval where the result has one; ``trained`` is False for a measurement alone (a screening
+    measurement, or a trial that measured its network over the budget and did not train it).
+    """
+
+    latency_ms: float | None = None
+    memory_mb: float | None = None
+    latency_high_ms: float | None = None
+    trained: bool = True
+
+    @classmethod
+    def of(cls, metrics: Mapping[str, Any]) -> Measurement:
+        """The measurement a result's metrics carry (:func:`on_table_scale` applied first, where it can be)."""
+        costs = measured_costs(metrics)
+        high = positive(metrics.get(RATIO_LATENCY_HIGH))
+        trained = not metrics.get(NOT_TRAINED) and metrics.get("default") is not None
+        return cls(latency_ms=costs.get("latency_ms"), memory_mb=costs.get("memory_mb"),
+                   latency_high_ms=high if high is not None and "latency_ms" in costs else None, trained=trained)
+
+    @property
+    def measured(self) -> bool:
+        return self.latency_ms is not None or self.memory_mb is not None
+
+    def costs(self) -> dict[str, float]:
+        """The point figures measured (what a correction of the table learns from)."""
+        return {m: v for m, v in (("latency_ms", self.latency_ms), ("memory_mb", self.memory_mb)) if v is not None}
+
+    def upper(self, metric: str) -> float | None:
+        """What must fit a limit of ``metric``: the interval's upper end where measured, else the point figure."""
+        if metric == "latency_ms" and self.latency_high_ms is not None:
+            return self.latency_high_ms
+        return self.costs().get(metric)
+
+    def over(self, budget: Mapping[str, Any] | None) -> list[str]:
+        """The budget's metrics this measurement does not fit (judged on the interval's upper end)."""
+        out = []
+        for metric, limit in (budget or {}).items():
+            value = self.upper(metric) if metric in MEASURED else None
+            if value is not None and limit is not None and value > float(limit):
+                out.append(metric)
+        return out
+
+    def fits(self, budget: Mapping[str, Any] | None) -> bool:
+        return not self.over(budget)
+

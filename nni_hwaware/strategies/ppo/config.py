@@ -122,6 +122,15 @@ class PPOConfig:
     the budget's edge, which a margin that holds delta keeps out of reach). False: the table is
     trusted (measured costs are still kept, and :meth:`best` never names a network measured over
     budget). Results without measured costs leave the correction empty: the table alone decides."""
+    measure_first: bool = True
+    """Each network is measured on the chip before it is trained, and one measured over the budget is not
+    trained (the project's trials do so; a result with ``not_trained``, or without ``default``, is such a
+    measurement): a proposal over the budget then costs a measurement (seconds), not a training (minutes to
+    hours), and the search may spend ``1 - 1 / measurements_per_training`` of its proposals on networks
+    that measure over (:mod:`nni_hwaware.strategies.feasibility`). False: every proposal is trained, and
+    ``risk`` is the share that may be expected over."""
+    measurements_per_training: float = 1.5
+    """With ``measure_first``: measurements the search may make per training, on average over the run."""
     delta: float = 0.1
     """A proposal must fit the budget, as measured, with probability at least 1 - delta."""
     margin: bool = True
@@ -143,7 +152,7 @@ class PPOConfig:
     """With ``correct``, the surrogate's expected improvement of a draw is multiplied by its
     probability of fitting the budget as measured (constrained expected improvement)."""
     risk: float = 0.02
-    """With ``correct``: the share of its proposals the search may expect to measure over the budget,
+    """With ``correct`` and not ``measure_first``: the share of its proposals the search may expect to measure over the budget,
     over the run. Each proposal's probability of measuring over is spent from this allowance (an
     architecture at the budget's edge spends about 0.5, one far inside it nothing), so the search
     gambles on the edge, where the best networks are, only as often as the allowance grows. The
@@ -200,6 +209,9 @@ class PPOConfig:
         for name in ("risk",):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise HwAwareError(f"PPO option {name} must be in [0, 1], got {getattr(self, name)}")
+        if not self.measurements_per_training >= 1.0:
+            raise HwAwareError(f"PPO option measurements_per_training must be >= 1 (each training is measured "
+                               f"first), got {self.measurements_per_training}")
         for name in ("lr", "clip", "shrinkage", "prior_margin"):
             if not getattr(self, name) > 0:
                 raise HwAwareError(f"PPO option {name} must be > 0, got {getattr(self, name)}")

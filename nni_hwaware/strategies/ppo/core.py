@@ -50,15 +50,18 @@ import torch
 
 from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.measured import measured_costs
+from nni_hwaware.measured import Measurement
 from nni_hwaware.profiling.chips import fixed_threads
 from nni_hwaware.strategies.budget import Budget, BudgetMask
-from nni_hwaware.strategies.correction import CORRECTED, CostCorrection
+from nni_hwaware.strategies.correction import CostCorrection
+from nni_hwaware.strategies.feasibility import Feasibility
 from nni_hwaware.strategies.ppo.config import REWARDS, PPOConfig
 from nni_hwaware.strategies.ppo.policy import ActorCritic, Surrogate, normalise
 
-__all__ = ["REWARDS", "PPOConfig", "PPOSearch", "reward_of"]
+__all__ = ["MAX_SCREENED_PER_ASK", "REWARDS", "PPOConfig", "PPOSearch", "reward_of"]
 
+#: Proposals a call of :meth:`PPOSearch.ask` measures (with a ``measure`` callback) before it gives up.
+MAX_SCREENED_PER_ASK = 100
 #: Feasible sets up to this size are listed when the draws keep hitting known architectures.
 _ENUMERATE_LIMIT = 20_000
 #: Weight of the entropy floor's shortfall in the loss (large: a constraint more than a bonus).
@@ -91,10 +94,13 @@ class _Episode:
 
 @dataclass
 class _History:
+    #: Trained (or failed) architectures: their rewards, in the order they came.
     rewards: dict[tuple[int, ...], float] = field(default_factory=dict)
     order: list[tuple[int, ...]] = field(default_factory=list)
-    #: What the results measured on the chip (``latency_ms`` / ``memory_mb``), where they did.
-    measured: dict[tuple[int, ...], dict[str, float]] = field(default_factory=dict)
+    #: Architectures measured over the budget and not trained: the reward the policy learns from.
+    screened: dict[tuple[int, ...], float] = field(default_factory=dict)
+    #: What the results measured on the chip (the feasibility's record, shared).
+    measured: dict[tuple[int, ...], Measurement] = field(default_factory=dict)
 
 
 class PPOSearch:
@@ -102,25 +108,28 @@ class PPOSearch:
 
     def __init__(self, model: SpaceCostModel, budget: Budget | None = None,
                  config: PPOConfig | None = None,
-                 proxy: Callable[[list[dict[str, str]]], np.ndarray] | None = None) -> None:
+                 proxy: Callable[[list[dict[str, str]]], np.ndarray] | None = None,
+                 measure: Callable[[list[dict[str, str]]], list[Mapping[str, Any]]] | None = None) -> None:
         # One class from here on: a model read from a block table of an earlier version is converted.
         self.model, self.budget = as_space_model(model)[0], budget or Budget()
-        self.config = config or PPOConfig()
-        self.mask = BudgetMask(model, self.budget)
-        self.limits = self.budget.limits()
-        self.labels = list(self.mask.model.labels)
-        self.candidates = [list(c) for c in self.mask.model.candidates]
-        c = self.config
-        #: The table's predictions corrected by what the chip measured (None: the table is trusted).
-        self.correction = CostCorrection([len(v) for v in self.candidates], delta=c.delta, shrinkage=c.shrinkage,
-                                         prior_margin=c.prior_margin, use_margin=c.margin,
-                                         local=c.margin_model == "gp", risk_floor=c.risk_floor) if c.correct else None
-        self._predicted: dict[tuple[int, ...], dict[str, float]] = {}
-        #: Each proposal's probability of measuring over the budget when it was proposed (the risk spent).
-        self.risk: dict[tuple[int, ...], float] = {}
-        #: Why no network can fit the budget as measured (None while some can): the search then stops.
-        self.unreachable: str | None = None
-        self._remask()
+        self.config = c = config or PPOConfig()
+        self.labels = list(self.model.labels)
+        self.candidates = [list(v) for v in self.model.candidates]
+        correction = CostCorrection([len(v) for v in self.candidates], delta=c.delta, shrinkage=c.shrinkage,
+                                    prior_margin=c.prior_margin, use_margin=c.margin,
+                                    local=c.margin_model == "gp", risk_floor=c.risk_floor) if c.correct else None
+        #: The budget, its mask, the table's correction and the chance constraint (one owner).
+        self.feasibility = Feasibility(self.model, self.budget, correction, risk=c.risk,
+                                       measure_first=c.measure_first,
+                                       measurements_per_training=c.measurements_per_training)
+        #: Measures architectures on the chip (a list in, a result dict each out): :meth:`ask` then
+        #: proposes only networks measured to fit (see :meth:`ask`).
+        self.measure = measure
+        #: Proposals in flight measured to fit the budget: the next trainings.
+        self.cleared: dict[tuple[int, ...], None] = {}
+        #: Results that measured a network (each a measurement) and results of a training.
+        self.measurements = 0
+        self.trainings = 0
         self.n_layers = len(self.labels)
         self.n_actions = max(map(len, self.candidates))
         self.valid = np.zeros((self.n_layers, self.n_actions), dtype=bool)
@@ -141,109 +150,66 @@ class PPOSearch:
         self.surrogate = Surrogate(self.n_layers, self._trend_features if c.trend else None, ard=c.ard)
         self.pending: dict[tuple[int, ...], _Episode] = {}
         self.finished: list[_Episode] = []
-        self.history = _History()
+        self.history = _History(measured=self.feasibility.measured)
         self.updates = 0
         self.decision_seconds = 0.0
         self.decisions = 0
+        #: Seconds spent in :meth:`tell` (a decision is an ask and a tell).
+        self.tell_seconds = 0.0
         self.last_stats: dict[str, float] = {}
 
-    # -- the budget as measured --------------------------------------------------
-    def _corrected_limits(self) -> list[str]:
-        return [m for m in CORRECTED if m in self.budget.limits()] if self.correction is not None else []
+    # -- the budget as measured (owned by self.feasibility) ------------------------------
+    @property
+    def mask(self) -> BudgetMask:
+        return self.feasibility.mask
 
-    def _remask(self) -> None:
-        """The mask's budget: each corrected metric's limit as measured (:meth:`CostCorrection.limit_as_measured`)
-        over the margin and the lowest correction.
+    @property
+    def correction(self) -> CostCorrection | None:
+        """The table's predictions corrected by what the chip measured (None: the table is trusted)."""
+        return self.feasibility.correction
 
-        No architecture whose corrected prediction times the margin fits is masked; a finished
-        draw is then checked exactly (:meth:`_fits`).
-        """
-        limits = self.budget.limits()
-        cheapest = self.mask.cheapest_costs()
-        lines = []
-        for metric in self._corrected_limits():
-            # a chip that reports whole milliseconds reports 18.4 as 18: the limit as measured
-            measured_limit, factor = (self.correction.limit_as_measured(metric, limits[metric]),
-                                      self.correction.mask_factor(metric))
-            limits[metric] = measured_limit / factor
-            if cheapest[metric] * factor > measured_limit * (1 + 1e-9):
-                lines.append(f"no network fits the {metric} budget {self.budget.limits()[metric]:.4g} as measured: "
-                             f"the cheapest is {cheapest[metric] * factor:.4g} with the correction from "
-                             f"{self.correction.count(metric)} measured results and the margin")
-        self.unreachable = "; ".join(lines) + "; raise the budget" if lines else None
-        if self.unreachable:
-            return  # the search stops (see _propose); the mask stays as it was
-        budget = Budget(**limits)
-        if budget != self.mask.budget:
-            self.mask = BudgetMask(self.model, budget)
-            self.limits = budget.limits()
-            self.__dict__.pop("_feasible", None)
+    @property
+    def limits(self) -> dict[str, float]:
+        return self.feasibility.limits
+
+    @property
+    def unreachable(self) -> str | None:
+        """Why no network can fit the budget as measured (None while some can): the search then stops."""
+        return self.feasibility.unreachable
+
+    @property
+    def risk(self) -> dict[tuple[int, ...], float]:
+        """Each proposal's probability of measuring over the budget when it was proposed (the risk spent)."""
+        return self.feasibility.risk
 
     def predicted(self, key: tuple[int, ...]) -> dict[str, float]:
         """The table's prediction of an architecture (its indices), cached."""
-        if key not in self._predicted:
-            self._predicted[key] = self.model.predict_indices(list(key)).metrics()
-        return self._predicted[key]
+        return self.feasibility.predicted(key)
 
     def corrected(self, arch: Mapping[str, str]) -> dict[str, float]:
         """The table's prediction of ``arch`` corrected by the measurements so far, and each corrected
         metric's bound (the corrected value times the margin) as ``<metric>_bound``."""
-        key = self.actions_of(arch)
-        out = dict(self.predicted(key))
-        if self.correction is not None:
-            for metric in CORRECTED:
-                if self.correction.count(metric):
-                    out[f"{metric}_bound"] = self.correction.bound(metric, key, out[metric])
-                    out[metric] *= self.correction.factor(metric, key)
-        return out
-
-    def _fits(self, key: tuple[int, ...]) -> bool:
-        """Within every bound by the table, and within each corrected metric's limit as measured with the margin."""
-        return bool(self._fits_all([key])[0])
-
-    def _fits_all(self, keys: list[tuple[int, ...]]) -> np.ndarray:
-        """:meth:`_fits` of many architectures at once (one Gaussian-process call per metric)."""
-        ok = np.asarray([self.mask.within(k) for k in keys], dtype=bool)
-        for metric in self._corrected_limits():
-            if not ok.any():
-                break
-            if not self.correction.count(metric) and self.correction.margin(metric) == 1.0:
-                continue
-            at = np.flatnonzero(ok)
-            predicted = np.asarray([self.predicted(keys[i])[metric] for i in at])
-            bounds = self.correction.bounds(metric, np.asarray([keys[i] for i in at], dtype=np.int64), predicted)
-            limit = self.correction.limit_as_measured(metric, self.budget.limits()[metric])
-            ok[at[bounds > limit * (1 + 1e-9)]] = False
-        return ok
+        return self.feasibility.corrected(self.actions_of(arch))
 
     def over_probability(self, keys: list[tuple[int, ...]]) -> np.ndarray:
         """Each architecture's probability of measuring over some corrected limit (0 without a correction)."""
-        fits = np.ones(len(keys))
-        for metric in self._corrected_limits():
-            predicted = np.asarray([self.predicted(k)[metric] for k in keys])
-            fits *= 1.0 - self.correction.over_probability(metric, np.asarray(keys, dtype=np.int64), predicted,
-                                                           self.budget.limits()[metric])
-        return 1.0 - fits
+        return self.feasibility.over_probability(keys)
+
+    def _unresolved(self) -> list[tuple[int, ...]]:
+        """Proposals in flight whose measurement has not come back."""
+        return [k for k in self.pending if k not in self.cleared]
 
     def risk_allowance(self) -> float:
-        """What the next proposal may risk: the allowed share of the proposals so far and this one, less
-        the risk spent (the larger of the finished ones' expected risk and how many measured over) and
-        the risk of those in flight."""
-        if not self._corrected_limits():
-            return math.inf
-        share = self.config.risk
-        finished = sum(p for k, p in self.risk.items() if k not in self.pending)
-        spent = max(finished, float(self.measured_over_budget()))
-        return share * (len(self.risk) + 1) - spent - sum(self.risk.get(k, 0.0) for k in self.pending)
-
-    def _exact_check(self) -> bool:
-        """Whether a finished draw must be checked (the mask alone is exact for one table-only bound)."""
-        return len(self.limits) > 1 or not self.mask.separable or bool(self._corrected_limits())
+        """What the next proposal may risk (:meth:`Feasibility.allowance`)."""
+        return self.feasibility.allowance(self._unresolved())
 
     def measured_within(self, key: tuple[int, ...]) -> bool:
         """Whether what was measured of ``key`` (if anything) fits the budget."""
-        limits = self.budget.limits()
-        return all(value <= limits[m] for m, value in self.history.measured.get(key, {}).items() if m in limits)
+        return self.feasibility.measured_within(key)
+
+    def _known(self, key: tuple[int, ...]) -> bool:
+        """Tried (trained, failed or measured over the budget) or in flight."""
+        return key in self.history.rewards or key in self.history.screened or key in self.pending
 
     # -- encoding -----------------------------------------------------------------
     def _states(self, prefixes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -307,10 +273,24 @@ class PPOSearch:
         return (prefixes, np.stack(states, 1), np.stack(masks, 1), np.stack(logps, 1).astype(np.float32), alive)
 
     def ask(self) -> dict[str, str] | None:
-        """The next architecture to train, or None when every feasible one is known or in flight."""
-        # The policy is tiny: on a busy machine, torch's thread pool makes it ~100x slower.
-        with fixed_threads(1):
-            return self._ask()
+        """The next architecture to measure and train, or None when every feasible one is known or in flight.
+
+        With a ``measure`` callback the search measures its proposals itself: it returns only a network
+        measured to fit the budget (its training is next); one measured over is told as a measurement and
+        the next proposal is measured, at most :data:`MAX_SCREENED_PER_ASK` a call. Without one, the caller
+        measures (a screening trial, or a trial that measures before it trains) and tells the result.
+        """
+        for _ in range(MAX_SCREENED_PER_ASK if self.measure is not None else 1):
+            # The policy is tiny: on a busy machine, torch's thread pool makes it ~100x slower.
+            with fixed_threads(1):
+                arch = self._ask()
+            if arch is None or self.measure is None:
+                return arch
+            (result,) = self.measure([arch])  # on the measurement's own threads
+            self.tell(arch, {k: v for k, v in dict(result).items() if k != "default"})
+            if self.actions_of(arch) in self.cleared:
+                return arch
+        return None
 
     def _ask(self) -> dict[str, str] | None:
         start = time.perf_counter()
@@ -339,12 +319,12 @@ class PPOSearch:
             fresh: dict[tuple[int, ...], int] = {}
             for row in np.flatnonzero(alive):
                 key = tuple(int(j) for j in actions[row])
-                if key in fresh or key in self.history.rewards or key in self.pending:
+                if key in fresh or self._known(key):
                     continue
                 fresh[key] = int(row)
-            if fresh and self._exact_check():
+            if fresh and self.feasibility.exact_check():
                 # lower bounds, several bounds or a correction: the look-ahead let an overrun through
-                fits = self._fits_all(list(fresh))
+                fits = self.feasibility.fits_all(list(fresh))
                 fresh = {key: row for (key, row), ok in zip(fresh.items(), fits, strict=True) if ok}
             if fresh:
                 keys = list(fresh)
@@ -357,14 +337,14 @@ class PPOSearch:
                         scores = np.concatenate(
                             [scores, self.surrogate.acquisition(np.asarray(local), list(self.pending))])
                 risk = self.over_probability(keys)
-                allowed = self._allowed(risk)
+                allowed = self.feasibility.allowed(risk, self._unresolved())
                 if scores is not None:
                     value = scores * (1.0 - risk if self.config.weigh_feasibility else 1.0)
                     best = int(np.argmax(np.where(allowed, value, -np.inf)))
                 else:  # the policy's first fresh draw (a uniform one if the policy drew none) within the allowance
                     best = int(np.argmax(allowed))
                 key = keys[best]
-                self.risk[key] = float(risk[best])
+                self.feasibility.propose(key, float(risk[best]))
                 if key in fresh:
                     row = fresh[key]
                     self.pending[key] = _Episode(list(key), states[row], masks[row], logps[row])
@@ -377,15 +357,10 @@ class PPOSearch:
                 if not left:
                     return None
                 key = left[int(torch.randint(len(left), (1,), generator=self.generator))]
-                self.risk[key] = float(self.over_probability([key])[0])
+                self.feasibility.propose(key, float(self.over_probability([key])[0]))
                 self.pending[key] = self._replay(key)
                 return key
         return None
-
-    def _allowed(self, risk: np.ndarray) -> np.ndarray:
-        """Which candidates fit the risk allowance (the least risky ones when none does)."""
-        allowed = risk <= self.risk_allowance() + 1e-12
-        return allowed if allowed.any() else risk <= float(risk.min()) + 1e-12
 
     def _neighbours(self, exclude: Mapping[tuple[int, ...], int]) -> list[tuple[int, ...]]:
         """Feasible, untried architectures one label away from the ``local_best`` best so far.
@@ -406,44 +381,82 @@ class PPOSearch:
                     if j == key[i]:
                         continue
                     other = (*key[:i], j, *key[i + 1:])
-                    if (other in found or other in exclude or other in self.history.rewards
-                            or other in self.pending):
+                    if other in found or other in exclude or self._known(other):
                         continue
                     found[other] = None
         keys = list(found)
         if self.limits and keys:
-            keys = [k for k, ok in zip(keys, self._fits_all(keys), strict=True) if ok]
+            keys = [k for k, ok in zip(keys, self.feasibility.fits_all(keys), strict=True) if ok]
         return keys
 
     def _feasible_left(self) -> list[tuple[int, ...]] | None:
         """Feasible architectures neither tried nor in flight (None: too many to list)."""
-        if not hasattr(self, "_feasible"):
-            feasible = self.mask.enumerate(_ENUMERATE_LIMIT)
-            self._feasible = None if feasible is None else [
-                k for k, ok in zip(feasible, self._fits_all(list(feasible)) if feasible else [], strict=True) if ok]
-        if self._feasible is None:
+        feasible = self.feasibility.feasible_list(_ENUMERATE_LIMIT)
+        if feasible is None:
             return None
-        return [k for k in self._feasible if k not in self.history.rewards and k not in self.pending]
+        return [k for k in feasible if not self._known(k)]
 
     # -- results -----------------------------------------------------------------
-    def tell(self, arch: Mapping[str, str], metrics: Mapping[str, float] | None) -> float:
-        """Record the result of ``arch`` (``None`` or a NaN value: failed; measured over the budget: failed
-        too, whatever it reported); returns its reward."""
+    def tell(self, arch: Mapping[str, str], metrics: Mapping[str, Any] | None) -> float | None:
+        """Record the result of ``arch`` and return its reward.
+
+        * A training's result (``default``: its accuracy) costs a training; ``None`` or a NaN value is a
+          failed one, and one measured over the budget is a failure too, whatever it reported.
+        * A measurement alone (no ``default``, or ``not_trained``: a screening measurement, or a trial
+          that measured its network over the budget and did not train it) costs a measurement. Measured
+          over the budget, the network is a failure to the policy (returns ``failure_reward``) and is
+          never proposed again; measured to fit, it waits for its training (:attr:`cleared`; returns None).
+        """
         with fixed_threads(1):
             return self._tell(arch, metrics)
 
-    def _tell(self, arch: Mapping[str, str], metrics: Mapping[str, float] | None) -> float:
-        key = self.actions_of(arch)
+    def _tell(self, arch: Mapping[str, str], metrics: Mapping[str, Any] | None) -> float | None:
+        start = time.perf_counter()
+        try:
+            key = self.actions_of(arch)
+            measurement = Measurement.of(metrics) if metrics is not None else None
+            if measurement is not None and not measurement.trained:
+                return self._tell_measurement(key, measurement)
+            return self._tell_training(key, metrics, measurement)
+        finally:
+            self.tell_seconds += time.perf_counter() - start
+
+    def _tell_measurement(self, key: tuple[int, ...], measurement: Measurement) -> float | None:
+        self.measurements += measurement.measured
+        if key not in self.feasibility.measured:
+            self.feasibility.learn(key, measurement)
+        if self.measured_within(key):
+            if key not in self.pending:  # measured without our proposal (a resume): it waits for its training
+                self.pending[key] = self._replay(key)
+            self.cleared[key] = None
+            return None
+        # Over the budget as measured: never trained, never proposed again. The policy learns it as a
+        # failure; the accuracy surrogate does not see it (it knows nothing of its accuracy).
+        episode = self.pending.pop(key, None) or self._replay(key)
+        self.cleared.pop(key, None)
+        episode.reward = self.config.failure_reward
+        self.history.screened[key] = episode.reward
+        self._finish(episode)
+        return episode.reward
+
+    def _tell_training(self, key: tuple[int, ...], metrics: Mapping[str, Any] | None,
+                       measurement: Measurement | None) -> float:
         reward = self.config.failure_reward
+        self.trainings += 1
+        measured_before = key in self.feasibility.measured
+        if measurement is not None and measurement.measured and key not in self.cleared:
+            self.measurements += 1  # its trial measured it before training it
         if metrics is not None:
             value = reward_of(metrics, self.config, self.budget)
             if math.isfinite(value):
                 reward = value
-            self._learn_costs(key, metrics)
+            if measurement is not None and not measured_before:
+                self.feasibility.learn(key, measurement)
             if not self.measured_within(key):
                 # Over the budget as measured: a failure, whatever accuracy it reported (else the policy
                 # and the surrogate learn to chase networks that do not fit the chip).
                 reward = self.config.failure_reward
+        self.cleared.pop(key, None)
         episode = self.pending.pop(key, None)
         if episode is None:  # a result we did not propose (resume, warm start): replay it
             episode = self._replay(key)
@@ -455,19 +468,12 @@ class PPOSearch:
         self._finish(episode)
         return reward
 
-    def _learn_costs(self, key: tuple[int, ...], metrics: Mapping[str, Any]) -> None:
-        """Keep what the result measured; fit the correction to it and move the mask's budget."""
-        measured = measured_costs(metrics)
-        if not measured:
-            return
-        self.history.measured[key] = measured
-        if self.correction is not None and self.correction.add(key, self.predicted(key), measured):
-            self._remask()
-
     def _scores(self) -> dict[tuple[int, ...], float]:
-        """What each result teaches (``reward_norm``): normal scores of ranks, z-scores or rewards."""
-        keys = self.history.order
-        scores = normalise(np.asarray([self.history.rewards[k] for k in keys], dtype=float), self.config.reward_norm)
+        """What each result teaches the policy (``reward_norm``): normal scores of ranks, z-scores or rewards;
+        networks measured over the budget count as failures."""
+        rewards = {**self.history.screened, **self.history.rewards}
+        keys = list(rewards)
+        scores = normalise(np.asarray([rewards[k] for k in keys], dtype=float), self.config.reward_norm)
         return dict(zip(keys, map(float, scores), strict=True))
 
     def _trend_features(self, keys: np.ndarray) -> np.ndarray:
@@ -604,7 +610,8 @@ class PPOSearch:
 
     # -- results and state ---------------------------------------------------------
     def best(self) -> tuple[dict[str, str], float] | None:
-        """The best architecture so far whose measured costs (where measured) fit the budget, and its reward.
+        """The best trained architecture so far whose measured costs (where measured) fit the budget, and its
+        reward.
 
         None when nothing has finished, or when every result was measured over budget.
         """
@@ -615,11 +622,12 @@ class PPOSearch:
         return self.arch_of(key), self.history.rewards[key]
 
     def measured_over_budget(self) -> int:
-        """Results measured over the budget."""
-        return sum(not self.measured_within(k) for k in self.history.order)
+        """Trained results measured over the budget (a network measured over it first is not trained)."""
+        return self.feasibility.measured_over(self.history.order)
 
     def mean_decision_ms(self) -> float:
-        return 1000 * self.decision_seconds / max(1, self.decisions)
+        """Milliseconds a decision: an :meth:`ask` and a :meth:`tell`."""
+        return 1000 * (self.decision_seconds + self.tell_seconds) / max(1, self.decisions)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything to continue the search later: policy, optimiser, history, random state."""
@@ -629,18 +637,22 @@ class PPOSearch:
             "optimizer": copy.deepcopy(self.optimizer.state_dict()),
             "generator": self.generator.get_state(),
             "history": [[list(k), self.history.rewards[k]] for k in self.history.order],
-            "measured": [[list(k), v] for k, v in self.history.measured.items()],
-            "correction": self.correction.state_dict() if self.correction is not None else None,
+            "screened": [[list(k), r] for k, r in self.history.screened.items()],
+            **self.feasibility.state_dict(),
             "pending": [list(k) for k in self.pending],
-            "risk": [[list(k), p] for k, p in self.risk.items()],
+            "cleared": [list(k) for k in self.cleared],
             "finished": [[e.actions, e.reward] for e in self.finished],
             "updates": self.updates,
             "decisions": self.decisions,
             "decision_seconds": self.decision_seconds,
+            "tell_seconds": self.tell_seconds,
+            "measurements": self.measurements,
+            "trainings": self.trainings,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`; architectures that were in flight stay pending (not proposed again)."""
+        """Restore :meth:`state_dict`; architectures that were in flight stay pending (not proposed again),
+        those measured to fit stay cleared for their training."""
         defaults = asdict(PPOConfig())  # a state saved before an option existed: it had the option's default
         saved = {**{k: v for k, v in defaults.items() if k not in state["config"]}, **state["config"]}
         if differ := sorted(k for k, v in asdict(self.config).items() if saved[k] != v):
@@ -650,18 +662,16 @@ class PPOSearch:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
-        self.history = _History()
+        self.history = _History(measured=self.feasibility.measured)
         for key, reward in state["history"]:
             self.history.order.append(tuple(key))
             self.history.rewards[tuple(key)] = float(reward)
-        self.history.measured = {tuple(k): {m: float(v) for m, v in values.items()}
-                                 for k, values in state.get("measured", [])}
-        if self.correction is not None:
-            self.correction.load_state_dict(state.get("correction") or {})
-            self._remask()
-        self.risk = {tuple(k): float(p) for k, p in state.get("risk", [])}
-        pending = [tuple(k) for k in state.get("pending", []) if tuple(k) not in self.history.rewards]
+        self.history.screened = {tuple(k): float(r) for k, r in state.get("screened", [])}
+        self.feasibility.load_state_dict(state)
+        known = set(self.history.rewards) | set(self.history.screened)
+        pending = [tuple(k) for k in state.get("pending", []) if tuple(k) not in known]
         self.pending = dict(zip(pending, self._replays(pending), strict=True)) if pending else {}
+        self.cleared = {tuple(k): None for k in state.get("cleared", []) if tuple(k) in self.pending}
         finished = [tuple(actions) for actions, _ in state["finished"]]
         self.finished = self._replays(finished) if finished else []
         for episode, (_, reward) in zip(self.finished, state["finished"], strict=True):
@@ -669,4 +679,7 @@ class PPOSearch:
         self.updates = int(state["updates"])
         self.decisions = int(state.get("decisions", 0))
         self.decision_seconds = float(state.get("decision_seconds", 0.0))
+        self.tell_seconds = float(state.get("tell_seconds", 0.0))
+        self.measurements = int(state.get("measurements", 0))
+        self.trainings = int(state.get("trainings", len(self.history.order)))
         self._fit_surrogate()  # the proxy's scores of the results, where not read back, count as decision time

@@ -1,0 +1,226 @@
+"""Whether a network fits the chip's budget: one object owns the budget, the mask, the table's
+correction by what the chip measured and the chance constraint on what a search proposes.
+
+The table is a prior; what a trial measures on the chip wins. :class:`Feasibility` holds
+
+* the :class:`~nni_hwaware.strategies.budget.Budget` and its
+  :class:`~nni_hwaware.strategies.budget.BudgetMask` (which values leave a way to finish under
+  the budget), the mask's limits moved to the budget *as measured* once a correction is fitted;
+* the :class:`~nni_hwaware.strategies.correction.CostCorrection` of the table's predictions from
+  the measured costs (on the table's scale, :mod:`nni_hwaware.measured`), and each candidate's
+  probability of measuring over the budget;
+* what every result measured (:class:`~nni_hwaware.measured.Measurement`) and whether it fits
+  (the upper end of its measured interval must);
+* the allowance each proposal's probability of measuring over is spent from.
+
+Two accountings of that allowance. **Measured first** (``measure_first``, the default): a network
+is measured (seconds) before it is trained (minutes to hours), and one measured over the budget is
+not trained, so a proposal over the budget costs a measurement, not a training; the search may
+spend ``1 - 1 / measurements_per_training`` of its measurements on networks that measure over
+(1.5 measurements per training: a third), which lets it propose at the budget's edge, where the
+best networks are. **Trained as proposed** (``measure_first`` False): every proposal is trained,
+and only ``risk`` of them may be expected over the budget as measured.
+
+The search (:class:`~nni_hwaware.strategies.ppo.core.PPOSearch`), the trial that decides whether
+to train the network it measured (:mod:`nni_hwaware.trial.run`) and the report judge a
+measurement with the same :meth:`~nni_hwaware.measured.Measurement.fits`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from nni_hwaware.cost_model import SpaceCostModel
+from nni_hwaware.measured import Measurement
+from nni_hwaware.strategies.budget import Budget, BudgetMask
+from nni_hwaware.strategies.correction import CORRECTED, CostCorrection
+
+__all__ = ["Feasibility"]
+
+
+class Feasibility:
+    """The budget as measured, for one search over ``model`` (see the module docstring).
+
+    Architectures are keys: tuples of value indices in the model's label order.
+    """
+
+    def __init__(self, model: SpaceCostModel, budget: Budget, correction: CostCorrection | None, *,
+                 risk: float, measure_first: bool = True, measurements_per_training: float = 1.5) -> None:
+        self.model, self.budget, self.correction = model, budget, correction
+        self.mask = BudgetMask(model, budget)
+        self.limits = budget.limits()
+        self.measure_first = bool(measure_first)
+        #: The share of proposals that may be expected (or found) over the budget as measured.
+        self.share = 1.0 - 1.0 / measurements_per_training if measure_first else float(risk)
+        self._predicted: dict[tuple[int, ...], dict[str, float]] = {}
+        #: What each result measured on the chip.
+        self.measured: dict[tuple[int, ...], Measurement] = {}
+        #: Each proposal's probability of measuring over the budget when it was proposed (the risk spent).
+        self.risk: dict[tuple[int, ...], float] = {}
+        #: Why no network can fit the budget as measured (None while some can): the search then stops.
+        self.unreachable: str | None = None
+        self.remask()
+
+    # -- the table's predictions ---------------------------------------------------------
+    def predicted(self, key: tuple[int, ...]) -> dict[str, float]:
+        """The table's prediction of an architecture, cached."""
+        if key not in self._predicted:
+            self._predicted[key] = self.model.predict_indices(list(key)).metrics()
+        return self._predicted[key]
+
+    def corrected(self, key: tuple[int, ...]) -> dict[str, float]:
+        """The table's prediction corrected by the measurements so far, and each corrected metric's bound
+        (the corrected value times the margin) as ``<metric>_bound``."""
+        out = dict(self.predicted(key))
+        if self.correction is not None:
+            for metric in CORRECTED:
+                if self.correction.count(metric):
+                    out[f"{metric}_bound"] = self.correction.bound(metric, key, out[metric])
+                    out[metric] *= self.correction.factor(metric, key)
+        return out
+
+    def corrected_limits(self) -> list[str]:
+        """The budgeted metrics the chip's measurements correct."""
+        return [m for m in CORRECTED if m in self.budget.limits()] if self.correction is not None else []
+
+    # -- what was measured -----------------------------------------------------------------
+    def learn(self, key: tuple[int, ...], measurement: Measurement) -> None:
+        """Keep what a result measured; fit the correction to it and move the mask's budget."""
+        if not measurement.measured:
+            return
+        self.measured[key] = measurement
+        if self.correction is not None and self.correction.add(key, self.predicted(key), measurement.costs()):
+            self.remask()
+
+    def measured_within(self, key: tuple[int, ...]) -> bool:
+        """Whether what was measured of ``key`` (if anything) fits the budget."""
+        measurement = self.measured.get(key)
+        return measurement is None or measurement.fits(self.budget.limits())
+
+    def measured_over(self, keys: Iterable[tuple[int, ...]]) -> int:
+        """How many of ``keys`` measured over the budget."""
+        return sum(not self.measured_within(k) for k in keys)
+
+    # -- the mask and the checks -------------------------------------------------------------
+    def remask(self) -> None:
+        """The mask's budget: each corrected metric's limit as measured
+        (:meth:`CostCorrection.limit_as_measured`) over the margin and the lowest correction.
+
+        No architecture whose corrected prediction times the margin fits is masked; a finished
+        draw is then checked exactly (:meth:`fits_all`).
+        """
+        limits = self.budget.limits()
+        cheapest = self.mask.cheapest_costs()
+        lines = []
+        for metric in self.corrected_limits():
+            # a chip that reports whole milliseconds reports 18.4 as 18: the limit as measured
+            measured_limit, factor = (self.correction.limit_as_measured(metric, limits[metric]),
+                                      self.correction.mask_factor(metric))
+            limits[metric] = measured_limit / factor
+            if cheapest[metric] * factor > measured_limit * (1 + 1e-9):
+                lines.append(f"no network fits the {metric} budget {self.budget.limits()[metric]:.4g} as measured: "
+                             f"the cheapest is {cheapest[metric] * factor:.4g} with the correction from "
+                             f"{self.correction.count(metric)} measured results and the margin")
+        self.unreachable = "; ".join(lines) + "; raise the budget" if lines else None
+        if self.unreachable:
+            return  # the search stops; the mask stays as it was
+        budget = Budget(**limits)
+        if budget != self.mask.budget:
+            self.mask = BudgetMask(self.model, budget)
+            self.limits = budget.limits()
+            self._listed = False
+
+    def feasible_list(self, limit: int) -> list[tuple[int, ...]] | None:
+        """Every architecture that fits (:meth:`fits_all`), listed once per mask; None when more than ``limit``."""
+        if not getattr(self, "_listed", False):
+            feasible = self.mask.enumerate(limit)
+            self._feasible = None if feasible is None else [
+                k for k, ok in zip(feasible, self.fits_all(list(feasible)) if feasible else [], strict=True) if ok]
+            self._listed = True
+        return self._feasible
+
+    def exact_check(self) -> bool:
+        """Whether a finished draw must be checked (the mask alone is exact for one table-only bound)."""
+        return len(self.limits) > 1 or not self.mask.separable or bool(self.corrected_limits())
+
+    def fits_all(self, keys: list[tuple[int, ...]]) -> np.ndarray:
+        """Within every bound by the table, and within each corrected metric's limit as measured with the
+        margin (one Gaussian-process call per metric)."""
+        ok = np.asarray([self.mask.within(k) for k in keys], dtype=bool)
+        for metric in self.corrected_limits():
+            if not ok.any():
+                break
+            if not self.correction.count(metric) and self.correction.margin(metric) == 1.0:
+                continue
+            at = np.flatnonzero(ok)
+            predicted = np.asarray([self.predicted(keys[i])[metric] for i in at])
+            bounds = self.correction.bounds(metric, np.asarray([keys[i] for i in at], dtype=np.int64), predicted)
+            limit = self.correction.limit_as_measured(metric, self.budget.limits()[metric])
+            ok[at[bounds > limit * (1 + 1e-9)]] = False
+        return ok
+
+    def over_probability(self, keys: list[tuple[int, ...]]) -> np.ndarray:
+        """Each architecture's probability of measuring over some corrected limit (0 without a correction)."""
+        fits = np.ones(len(keys))
+        for metric in self.corrected_limits():
+            predicted = np.asarray([self.predicted(k)[metric] for k in keys])
+            fits *= 1.0 - self.correction.over_probability(metric, np.asarray(keys, dtype=np.int64), predicted,
+                                                           self.budget.limits()[metric])
+        return 1.0 - fits
+
+    # -- the chance constraint -------------------------------------------------------------
+    def propose(self, key: tuple[int, ...], probability: float) -> None:
+        """Record a proposal and the probability it had of measuring over."""
+        self.risk[key] = float(probability)
+
+    def allowance(self, unresolved: Iterable[tuple[int, ...]]) -> float:
+        """What the next proposal may risk: the allowed share of the proposals so far and this one, less the
+        risk spent and the risk of the proposals not measured yet (``unresolved``).
+
+        Measured first, the risk spent is how many proposals measured over; trained as proposed, it is the
+        larger of the finished ones' expected risk and how many measured over (a lucky run does not
+        earn more risk).
+        """
+        if not self.corrected_limits():
+            return math.inf
+        unresolved = set(unresolved)
+        over = float(self.measured_over(self.risk))
+        if self.measure_first:
+            spent = over
+        else:
+            spent = max(sum(p for k, p in self.risk.items() if k not in unresolved), over)
+        return self.share * (len(self.risk) + 1) - spent - sum(self.risk.get(k, 0.0) for k in unresolved)
+
+    def allowed(self, risk: np.ndarray, unresolved: Iterable[tuple[int, ...]]) -> np.ndarray:
+        """Which candidates fit the allowance (the least risky ones when none does)."""
+        allowed = risk <= self.allowance(unresolved) + 1e-12
+        return allowed if allowed.any() else risk <= float(risk.min()) + 1e-12
+
+    # -- state ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"measured": [[list(k), {**m.costs(), **({"latency_high_ms": m.latency_high_ms}
+                                                           if m.latency_high_ms is not None else {}),
+                                          "trained": m.trained}]
+                             for k, m in self.measured.items()],
+                "correction": self.correction.state_dict() if self.correction is not None else None,
+                "risk": [[list(k), p] for k, p in self.risk.items()]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.measured.clear()
+        self.measured.update({tuple(k): Measurement(latency_ms=_maybe(v.get("latency_ms")),
+                                               memory_mb=_maybe(v.get("memory_mb")),
+                                               latency_high_ms=_maybe(v.get("latency_high_ms")),
+                                               trained=bool(v.get("trained", True)))
+                              for k, v in state.get("measured", [])})
+        if self.correction is not None:
+            self.correction.load_state_dict(state.get("correction") or {})
+            self.remask()
+        self.risk = {tuple(k): float(p) for k, p in state.get("risk", [])}
+
+
+def _maybe(value: Any) -> float | None:
+    return None if value is None else float(value)

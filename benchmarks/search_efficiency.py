@@ -83,6 +83,7 @@ import nb201
 import nni
 from nb201 import Suite
 from nni.tuner import Tuner
+from peers import LocalSearch, RandomFeasible, RegularizedEvolution
 
 from nni_hwaware.strategies.budget import Budget
 from nni_hwaware.strategies.ppo.config import PPOConfig
@@ -90,17 +91,26 @@ from nni_hwaware.strategies.ppo.config import PPOConfig
 DATA = Path(__file__).parent / "data"
 SPACE = "digits_tiny"
 NNI_TUNERS = ("random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
-STRATEGIES = ("ppo", "ppo_trusting", "ppo_no_margin", "ppo_no_risk", "ppo_conformal", "ppo_no_risk_floor",
-              "ppo_synflow",
-              "random_feasible", "random", "tpe", "regularized_evolution", "policy_based_rl", "nni_ppo")
+STRATEGIES = ("ppo", "ppo_no_policy", "ppo_trusting", "ppo_no_margin", "ppo_no_risk", "ppo_conformal",
+              "ppo_no_risk_floor", "ppo_synflow", "ppo_trained_as_proposed",
+              "random_feasible", "rea_feasible", "local_search", "random", "tpe", "regularized_evolution",
+              "policy_based_rl", "nni_ppo")
+#: The peers every PPO figure is compared with (each searches over the mask, measures first).
+PEERS = ("random_feasible", "rea_feasible", "local_search")
+#: The declared tuning split: every default is chosen on these suites only; the others are held out.
+TUNING_FAMILIES = ("tabular", "titan_rtx_1")
 #: Ablations and variants of PPO's learning from measured costs (on by default): the options each adds to ``--ppo``.
-ABLATIONS = {"ppo_trusting": {"correct": False},
+ABLATIONS = {"ppo_no_policy": {"explore": 1.0},
+             "ppo_trained_as_proposed": {"measure_first": False},
+             "ppo_trusting": {"correct": False},
              "ppo_no_margin": {"margin": False},
              "ppo_no_risk": {"risk": 1.0},
              "ppo_conformal": {"margin_model": "conformal"},
              "ppo_no_risk_floor": {"risk_floor": False},
              "ppo_synflow": {"proxy": "synflow"}}
 CHECKPOINTS = (25, 50, 100)
+#: Measurements a run may make per training (on average: a run stops at this many times its trainings).
+MEASUREMENTS_PER_TRAINING = 1.5
 #: Accuracy points below which a regret is 0 (the benchmarks' accuracies have two decimals).
 REGRET_FLOOR = 0.01
 
@@ -225,27 +235,11 @@ def make_tuner(name: str, suite: Suite, seed: int, ppo: dict[str, Any]) -> Any:
         return nni_ppo_tuner(seed)
     if name == "random_feasible":
         return RandomFeasible(suite, seed)
+    if name == "rea_feasible":
+        return RegularizedEvolution(suite, seed)
+    if name == "local_search":
+        return LocalSearch(suite, seed)
     raise ValueError(f"unknown strategy {name!r}")
-
-
-class RandomFeasible(Tuner):
-    """Random search that knows the budget: uniform over the untried feasible architectures."""
-
-    def __init__(self, suite: Suite, seed: int) -> None:
-        archs = [a for a, i in suite.rows.items() if suite.feasible[i]]
-        self.order = [archs[i] for i in np.random.default_rng(seed).permutation(len(archs))]
-        self.labels = suite.labels
-
-    def update_search_space(self, search_space: dict[str, Any]) -> None:
-        pass
-
-    def generate_parameters(self, parameter_id: int, **kwargs: Any) -> dict[str, str]:
-        if parameter_id >= len(self.order):
-            raise nni.NoMoreTrialError()
-        return dict(zip(self.labels, self.order[parameter_id], strict=True))
-
-    def receive_trial_result(self, *args: Any, **kwargs: Any) -> None:
-        pass
 
 
 def judged(suite: Suite, judge: str) -> tuple[np.ndarray, float]:
@@ -257,18 +251,30 @@ def search_space(suite: Suite, kind: str = "choice") -> dict[str, Any]:
     return {label: {"_type": kind, "_value": list(values)} for label, values in suite.choices.items()}
 
 
-def run(tuner: Any, suite: Suite, max_trials: int, judge: str = "measured") -> dict[str, Any]:
-    """A tuner through NNI's Tuner interface, each trial a table look-up (``judge``: what counts as feasible)."""
+def run(tuner: Any, suite: Suite, max_trials: int, judge: str = "measured", measure_first: bool = True,
+        per_training: float = MEASUREMENTS_PER_TRAINING) -> dict[str, Any]:
+    """A tuner through NNI's Tuner interface, each trial a table look-up (``judge``: what counts as feasible).
+
+    Measured first (the default): every proposal is measured (its measured latency looked up), and one
+    measured over the budget is not trained: the tuner gets what a search trial reports then (``default``
+    0, the measured latency and ``not_trained``), and the run counts a measurement, not a training. A run
+    ends at ``max_trials`` trainings or ``per_training`` times that many measurements, whichever comes
+    first; the regrets are at 25 / 50 / 100 trainings. ``measure_first`` False: every proposal is trained
+    (and one over the budget reported as a failure, accuracy 0), the accounting before measuring first.
+    """
     from nni.algorithms.hpo.regularized_evolution_tuner import RegularizedEvolutionTuner
 
     # NNI's evolution and PPO tuners take layer_choice parameters, not choice
     layer = isinstance(tuner, RegularizedEvolutionTuner) or type(tuner).__module__.startswith("nni.algorithms.hpo.ppo")
     tuner.update_search_space(search_space(suite, "layer_choice" if layer else "choice"))
     feasible, best = judged(suite, judge)
-    sequence: list[int] = []
+    sequence: list[int] = []  # the trained networks, in order
+    measurements, screened_over = 0, 0
+    max_measurements = math.floor(per_training * max_trials) if measure_first else max_trials
     decide = learn = 0.0
-    for trial in range(max_trials):
-        if trial >= CHECKPOINTS[-1] and any(feasible[i] and suite.accuracy[i] >= best for i in sequence):
+    trial = 0
+    while len(sequence) < max_trials and measurements < max_measurements:
+        if len(sequence) >= CHECKPOINTS[-1] and any(feasible[i] and suite.accuracy[i] >= best for i in sequence):
             break  # the best is found and regret at 100 is known
         start = time.perf_counter()
         try:
@@ -279,14 +285,24 @@ def run(tuner: Any, suite: Suite, max_trials: int, judge: str = "measured") -> d
         # NNI's layer_choice tuners answer {"_value": name, "_idx": i}
         arch = tuple(str(v.get("_value") if isinstance(v, dict) else v) for v in (params[k] for k in suite.labels))
         row = suite.rows[arch]
-        sequence.append(row)
-        metric = {"default": float(suite.accuracy[row]) if feasible[row] else 0.0,
-                  "latency_ms": float(suite.measured_ms[row]), "arch": json.dumps(dict(zip(suite.labels, arch, strict=False)))}
+        measurements += 1
+        over = bool(suite.measured_ms[row] > suite.budget_ms * (1 + 1e-9))
+        metric: dict[str, Any] = {"latency_ms": float(suite.measured_ms[row]),
+                                  "arch": json.dumps(dict(zip(suite.labels, arch, strict=False)))}
+        if measure_first and over:
+            screened_over += 1
+            metric.update(default=0.0, not_trained="measured over the budget (latency_ms)")
+        else:
+            sequence.append(row)
+            metric["default"] = float(suite.accuracy[row]) if feasible[row] else 0.0
         start = time.perf_counter()
         tuner.receive_trial_result(trial, params, metric)
         tuner.trial_end(trial, True)
         learn += time.perf_counter() - start
-    out = summarise(sequence, suite, max_trials, decide, learn, judge)
+        trial += 1
+    out = summarise(sequence, suite, max_trials, decide, learn, judge, decisions=trial)
+    out.update(measurements=measurements, screened_over_budget=screened_over,
+               measurements_per_training=measurements / max(1, len(sequence)))
     search = getattr(tuner, "search", None)
     if search is not None and getattr(search, "proxy", None) is not None:
         # networks the proxy scored: what computing it on the spot would add to the decisions
@@ -330,9 +346,10 @@ def over_budget_shares(suite: Suite, top: float = 0.05) -> dict[str, float]:
 
 
 def summarise(sequence: list[int], suite: Suite, max_trials: int, decide_s: float, learn_s: float,
-              judge: str = "measured") -> dict[str, Any]:
-    """The figures of one run from its trials in order (rows of the suite), judged as ``judge`` says;
-    the regrets of the other judgment too (``model_regret_at_*`` or ``measured_regret_at_*``)."""
+              judge: str = "measured", decisions: int | None = None) -> dict[str, Any]:
+    """The figures of one run from its trainings in order (rows of the suite), judged as ``judge`` says;
+    the regrets of the other judgment too (``model_regret_at_*`` or ``measured_regret_at_*``).
+    ``decisions``: the proposals made (measured), by default one per training."""
     judgments = {name: judged(suite, name) for name in ("measured", "model")}
     mask, best_value = judgments[judge]
     feasible = [bool(mask[i]) for i in sequence]
@@ -347,8 +364,10 @@ def summarise(sequence: list[int], suite: Suite, max_trials: int, decide_s: floa
     out["over_budget_model"] = sum(not suite.feasible[i] for i in sequence)
     out["over_budget_measured"] = sum(bool(suite.measured_ms[i] > suite.budget_ms) for i in sequence)
     out["trials"] = len(sequence)
-    out["decision_ms"] = 1000 * decide_s / max(1, len(sequence))
-    out["result_ms"] = 1000 * learn_s / max(1, len(sequence))
+    decisions = len(sequence) if decisions is None else decisions
+    out["ask_ms"] = 1000 * decide_s / max(1, decisions)
+    out["result_ms"] = 1000 * learn_s / max(1, decisions)
+    out["decision_ms"] = out["ask_ms"] + out["result_ms"]  # a decision is an ask and a tell
     return out
 
 
@@ -362,7 +381,8 @@ def one_run(task: tuple[str, str, int, dict[str, Any], str]) -> tuple[str, str, 
 
         return suite_name, name, run_policy_based_rl(suite, seed, max_trials, partial(summarise, judge=judge),
                                                      judge=judge)
-    return suite_name, name, run(make_tuner(name, suite, seed, ppo), suite, max_trials, judge)
+    measure_first = {**ppo, **ABLATIONS.get(name, {})}.get("measure_first", True)
+    return suite_name, name, run(make_tuner(name, suite, seed, ppo), suite, max_trials, judge, measure_first)
 
 
 def available(name: str) -> str | None:
@@ -383,7 +403,13 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "over_budget_measured": sum(r["over_budget_measured"] for r in runs),
             "over_budget_measured_share": sum(r["over_budget_measured"] for r in runs) / max(1, trials),
             "proposals": trials,
+            "trainings": trials,
+            "measurements": sum(r.get("measurements", r["trials"]) for r in runs),
+            "screened_over_budget": sum(r.get("screened_over_budget", 0) for r in runs),
+            "measurements_per_training": sum(r.get("measurements", r["trials"]) for r in runs) / max(1, trials),
+            "max_measurements_per_training": max(r.get("measurements_per_training", 1.0) for r in runs),
             "decision_ms": statistics.median(r["decision_ms"] for r in runs),
+            "ask_ms": statistics.median(r.get("ask_ms", r["decision_ms"]) for r in runs),
             "result_ms": statistics.median(r["result_ms"] for r in runs), "runs": len(runs)}
     if any("proxy_networks_per_decision" in r for r in runs):
         out["proxy_networks_per_decision"] = statistics.mean(r.get("proxy_networks_per_decision", 0.0) for r in runs)
@@ -452,6 +478,59 @@ def headline(suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["proxy_networks_per_decision"] = statistics.mean(scored)
     out["beats_every_nni_tuner"] = all(beats.values()) if beats else None
     out["suites_not_beaten"] = [k for k, v in beats.items() if not v]
+    out.update(peer_figures(suites))
+    return out
+
+
+def family_of(suite_name: str) -> str:
+    """A suite's device family: ``tabular`` or the NB201 device."""
+    parts = suite_name.split("/")
+    return "tabular" if suite_name.startswith("tabular") else parts[1] if len(parts) > 1 else suite_name
+
+
+def regret_ratio(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """``a``'s mean regret at 100 trainings over ``b``'s (regrets below the data's resolution count as it)."""
+    return max(a["mean_regret_at_100"], REGRET_FLOOR) / max(b["mean_regret_at_100"], REGRET_FLOOR)
+
+
+def peer_figures(suites: dict[str, dict[str, Any]], strategy: str = "ppo") -> dict[str, Any]:
+    """``strategy`` against each peer (and PPO against its ablation without the policy), per device family:
+    the geometric mean of the regret ratios at 100 trainings over the family's suites, and in how many
+    suites it is strictly below the peer (a tie, at 0 regret or not, is not below)."""
+    out: dict[str, Any] = {}
+    ppo_runs = [r[strategy] for r in suites.values() if isinstance(r.get(strategy), dict)]
+    out["trainings"] = sum(r.get("trainings", r.get("proposals", 0)) for r in ppo_runs)
+    out["measurements"] = sum(r.get("measurements", 0) for r in ppo_runs)
+    out["measurements_per_training"] = out["measurements"] / max(1, out["trainings"])
+    out["max_measurements_per_training_of_a_run"] = max((r.get("max_measurements_per_training", 0.0)
+                                                         for r in ppo_runs), default=math.nan)
+    out["tuning_families"] = list(TUNING_FAMILIES)
+    by_peer: dict[str, dict[str, Any]] = {}
+    for peer in (*PEERS, "ppo_no_policy"):
+        families: dict[str, list[float]] = {}
+        below: dict[str, int] = {}
+        for name, result in suites.items():
+            a, b = result.get(strategy), result.get(peer)
+            if not (isinstance(a, dict) and isinstance(b, dict)) or peer == strategy:
+                continue
+            family = family_of(name)
+            families.setdefault(family, []).append(regret_ratio(a, b))
+            below[family] = below.get(family, 0) + (a["mean_regret_at_100"] < b["mean_regret_at_100"])
+        if families:
+            by_peer[peer] = {f: {"ratio": _geomean(v), "suites": len(v), "below": below[f]}
+                             for f, v in families.items()}
+    out["families_vs_peers"] = by_peer
+    ratios = by_peer.get("random_feasible", {})
+    out["family_ratios"] = {f: v["ratio"] for f, v in ratios.items()}
+    if "rea_feasible" in by_peer:
+        every = [regret_ratio(r[strategy], r["rea_feasible"]) for r in suites.values()
+                 if isinstance(r.get(strategy), dict) and isinstance(r.get("rea_feasible"), dict)]
+        out["regret100_ratio_vs_rea"] = _geomean(every)
+        out["family_ratios_vs_rea"] = {f: v["ratio"] for f, v in by_peer["rea_feasible"].items()}
+    if "ppo_no_policy" in by_peer:
+        every = [regret_ratio(r[strategy], r["ppo_no_policy"]) for r in suites.values()
+                 if isinstance(r.get(strategy), dict) and isinstance(r.get("ppo_no_policy"), dict)]
+        out["regret100_ratio_vs_no_policy"] = _geomean(every)
     return out
 
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MEASURED", "RATIO_LATENCY", "RATIO_LATENCY_HIGH", "Measurement", "measured_cost", "measured_costs",
+__all__ = ["MEASURED", "NOT_TRAINED", "RATIO_LATENCY", "RATIO_LATENCY_HIGH", "Measurement", "measured_cost", "measured_costs",
            "measured_within", "on_table_scale", "positive"]
 
 #: The metrics a trial measures on its chip (and the budget names they are judged against).

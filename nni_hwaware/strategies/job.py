@@ -218,8 +218,13 @@ class SearchJob:
     #: Train networks a trial measures over the budget (False: the trial reports the measurement and
     #: stops, since the search counts such a network a failure whatever its accuracy).
     train_over_budget: bool = False
-    #: Search trials before the final retraining trial (None: search until NNI stops).
+    #: Trainings of the search before the final retraining trial (None: search until NNI stops). Screening
+    #: trials come on top of them, at most ``ppo.measurements_per_training`` measurements per training.
     search_trials: int | None = None
+    #: Candidates a screening trial measures at once, in shared rounds with the reference network, before
+    #: any is trained: only those measured to fit the budget get a training trial (1: no screening trials;
+    #: each search trial measures its own network and trains it if it fits).
+    screen: int = 8
     #: How the final trial retrains the best network and the baseline (None: no retraining).
     retrain: TrainConfig | None = None
     #: Where the search state is saved after every event, for resuming (relative: the
@@ -234,11 +239,27 @@ class SearchJob:
         if self.search_trials is not None and (isinstance(self.search_trials, bool)
                                                or not isinstance(self.search_trials, int) or self.search_trials < 1):
             raise HwAwareError(f"search_trials must be an integer >= 1, got {self.search_trials!r}")
+        if isinstance(self.screen, bool) or not isinstance(self.screen, int) or self.screen < 1:
+            raise HwAwareError(f"screen must be an integer >= 1 (candidates a screening trial measures), "
+                               f"got {self.screen!r}")
         if not isinstance(self.train_over_budget, bool):
             raise HwAwareError(f"train_over_budget must be true or false, got {self.train_over_budget!r}")
         if self.retrain is not None and self.search_trials is None:
             raise HwAwareError("retrain needs search_trials: the number of search trials before the final retraining")
         _ = self.cost  # validates table, batch_size, ...
+
+    def max_trials(self) -> int | None:
+        """The most trials the experiment can need (``maxTrialNumber``): every training, every screening
+        trial at one candidate each in the worst case, and the retraining (None: no ``search_trials``)."""
+        if self.search_trials is None:
+            return None
+        measurements = math.floor(self.ppo.measurements_per_training * self.search_trials) if self.screens else 0
+        return self.search_trials + measurements + (self.retrain is not None)
+
+    @property
+    def screens(self) -> bool:
+        """Whether candidates are measured by screening trials (else each trial measures its own network)."""
+        return self.screen > 1 and not self.train_over_budget and self.ppo.measure_first
 
     @property
     def cost(self) -> CostConfig:

@@ -12,7 +12,7 @@ ratio by more than :data:`RATIO_TOLERANCE`, or when the ratio's interval is wide
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nni_hwaware.training.results import ModelResult
@@ -87,13 +87,25 @@ def measure_against_reference(space: Any, arch: Mapping[str, Any], reference: Ma
                               seconds: float = TRIAL_TIMING_SECONDS, batch_size: int = 1, backend: str = "torch",
                               device: str = "cpu", threads: int | None = 1, seed: int = 0) -> dict[str, Any]:
     """What a search trial measures on its own machine: the network of ``arch`` timed in shared rounds
-    with the space's ``reference`` architecture (at most ``seconds``), and its memory. Both are built
-    from the seed (timing does not depend on the trained weights).
+    with the space's ``reference`` architecture (at most ``seconds``), and its memory
+    (:func:`measure_against_reference_many` of one architecture)."""
+    return measure_against_reference_many(space, [arch], reference, seconds=seconds, batch_size=batch_size,
+                                          backend=backend, device=device, threads=threads, seed=seed)[0]
 
-    Returns ``{latency_ms, memory_mb, reference_latency_ms, reference_memory_mb, latency_ratio,
-    latency_ratio_ci95_low, latency_ratio_ci95_high, timing_rounds}``: the latency over rounds (10th percentile), weights plus the
-    peak of live activations plus the input (as the cost tables count it), and the per-round
-    ratio to the reference (which holds when the machine's speed moves).
+
+def measure_against_reference_many(space: Any, archs: Sequence[Mapping[str, Any]], reference: Mapping[str, Any], *,
+                                   seconds: float = TRIAL_TIMING_SECONDS, batch_size: int = 1,
+                                   backend: str = "torch", device: str = "cpu", threads: int | None = 1,
+                                   seed: int = 0) -> list[dict[str, Any]]:
+    """The networks of ``archs`` timed in shared rounds with the space's ``reference`` architecture (each
+    round times every one of them, in a shuffled order: at most ``seconds``), on ``backend`` at
+    ``batch_size`` with ``threads`` on ``device`` (as the cost table was profiled), and their memory.
+    All are built from the seed (timing does not depend on the trained weights).
+
+    Returns, per architecture, ``{latency_ms, memory_mb, reference_latency_ms, reference_memory_mb,
+    latency_ratio, latency_ratio_ci95_low, latency_ratio_ci95_high, timing_rounds}``: the latency over
+    rounds (10th percentile), weights plus the peak of live activations plus the input (as the cost
+    tables count it), and the per-round ratio to the reference (which holds when the machine's speed moves).
     """
     import math
 
@@ -105,15 +117,20 @@ def measure_against_reference(space: Any, arch: Mapping[str, Any], reference: Ma
     named = resolve_space(space)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        network, ref = named.build(dict(arch)), named.build(dict(reference))
+        networks = [named.build(dict(arch)) for arch in archs]
+        ref = named.build(dict(reference))
     shape = tuple(named.input_shape)
-    costs, timing = measure_modules([network, ref], [shape, shape], batch_size=batch_size, backend=backend,
-                                    device=device, threads=threads, seed=seed, probe=1, min_rounds=5,
+    n = len(networks)
+    costs, timing = measure_modules([*networks, ref], [shape] * (n + 1), batch_size=batch_size, backend=backend,
+                                    device=device, threads=threads, seed=seed, probe=n, min_rounds=5,
                                     max_seconds=seconds, min_sample_ms=2.0)
-    ratio = timing.ratio(0, 1)
     input_mb = 4 * batch_size * math.prod(shape) / BYTES_PER_MB
-    return {"latency_ms": costs[0].latency.ms, "memory_mb": costs[0].memory_mb + input_mb,
-            "reference_latency_ms": costs[1].latency.ms, "reference_memory_mb": costs[1].memory_mb + input_mb,
-            "latency_ratio": ratio["ratio"],
-            "latency_ratio_ci95_low": ratio["ci95"][0], "latency_ratio_ci95_high": ratio["ci95"][1],
-            "timing_rounds": timing.rounds}
+    out = []
+    for i in range(n):
+        ratio = timing.ratio(i, n)
+        out.append({"latency_ms": costs[i].latency.ms, "memory_mb": costs[i].memory_mb + input_mb,
+                    "reference_latency_ms": costs[n].latency.ms, "reference_memory_mb": costs[n].memory_mb + input_mb,
+                    "latency_ratio": ratio["ratio"],
+                    "latency_ratio_ci95_low": ratio["ci95"][0], "latency_ratio_ci95_high": ratio["ci95"][1],
+                    "timing_rounds": timing.rounds})
+    return out

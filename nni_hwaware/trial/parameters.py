@@ -27,12 +27,45 @@ from nni_hwaware.errors import HwAwareError
 from nni_hwaware.measured import MEASURED
 from nni_hwaware.training import TrainConfig
 
-__all__ = ["KEY", "RetrainJob", "TrialParameters"]
+__all__ = ["KEY", "Measuring", "RetrainJob", "TrialParameters"]
 
 #: The key of NNI's parameters under which everything but the architecture travels.
 KEY = "_hwaware"
 #: Cost fields a trial reports as predicted by the cost table.
 COST_KEYS = ("latency_ms", "memory_mb", "flops", "params")
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """How a trial measures networks: as the cost table was profiled (its runtime backend, batch size,
+    intra-op threads and device), so that what the trial measures and what the table predicts are of
+    the same thing."""
+
+    backend: str = "torch"
+    batch_size: int = 1
+    threads: int | None = 1
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.backend, str) or not self.backend:
+            raise HwAwareError(f"the trial's measuring backend must be a backend name, got {self.backend!r}")
+        for name, value, none_ok in (("batch_size", self.batch_size, False), ("threads", self.threads, True)):
+            if (value is None and none_ok) or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                continue
+            raise HwAwareError(f"the trial's measuring {name} must be an integer >= 1, got {value!r}; "
+                               "the tuner and the trial must be the same nni-hwaware version")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "batch_size": self.batch_size, "threads": self.threads,
+                "device": self.device}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Measuring:
+        try:
+            return cls(**dict(data or {}))
+        except TypeError as err:
+            raise HwAwareError(f"the trial's measuring options are malformed: {err}; "
+                               "the tuner and the trial must be the same nni-hwaware version") from None
 
 
 @dataclass(frozen=True)
@@ -81,8 +114,19 @@ class TrialParameters:
     #: judges it, reports the measurement and does not train (empty: it trains whatever it measures).
     budget: dict[str, float] = field(default_factory=dict)
     reference_table_latency_ms: float | None = None
+    #: How the trial measures (the cost table's backend, batch size, threads and device).
+    measuring: Measuring = field(default_factory=Measuring)
+    #: A screening trial: the architectures to measure (beside ``reference``, in shared rounds) and
+    #: report, none of them trained (``arch`` is then empty).
+    screen: list[dict[str, Any]] = field(default_factory=list)
+    #: What a screening trial measured of ``arch`` (its result's metrics): the trial trains it without
+    #: measuring it again.
+    measured: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.screen, list) or not all(isinstance(a, Mapping) for a in self.screen):
+            raise HwAwareError("the trial's screen must be a list of architectures; "
+                               "the tuner and the trial must be the same nni-hwaware version")
         for name, limit in self.budget.items():
             if name not in MEASURED or not isinstance(limit, (int, float)) \
                     or isinstance(limit, bool) or not limit > 0:
@@ -95,7 +139,11 @@ class TrialParameters:
     def to_dict(self) -> dict[str, Any]:
         body = {"space": self.space, "space_args": dict(self.space_args), "dataset": self.dataset,
                 "chip": self.chip, "costs": dict(self.costs), "train": self.train.to_dict(),
-                "reference": dict(self.reference)}
+                "reference": dict(self.reference), "measuring": self.measuring.to_dict()}
+        if self.screen:
+            body["screen"] = [dict(a) for a in self.screen]
+        if self.measured:
+            body["measured"] = dict(self.measured)
         if self.budget:
             body["budget"] = dict(self.budget)
             body["reference_table_latency_ms"] = self.reference_table_latency_ms
@@ -111,7 +159,7 @@ class TrialParameters:
             raise HwAwareError(f"the trial's parameters lack {KEY!r}: they were not sent by the nni-hwaware tuner "
                                "(run the trial under it, or pass --space and --arch)")
         known = {"space", "space_args", "dataset", "chip", "costs", "train", "retrain", "reference", "budget",
-                 "reference_table_latency_ms"}
+                 "reference_table_latency_ms", "measuring", "screen", "measured"}
         stray = sorted(set(body) - known)
         if stray or "space" not in body:
             raise HwAwareError(f"the trial's {KEY} parameters are malformed (unknown {stray}, needs 'space'); "
@@ -128,4 +176,6 @@ class TrialParameters:
                    costs={k: float(v) for k, v in (body.get("costs") or {}).items()},
                    train=TrainConfig.from_dict(body.get("train") or {}), retrain=retrain,
                    reference=dict(body.get("reference") or {}), budget=dict(body.get("budget") or {}),
-                   reference_table_latency_ms=body.get("reference_table_latency_ms"))
+                   reference_table_latency_ms=body.get("reference_table_latency_ms"),
+                   measuring=Measuring.from_dict(body.get("measuring")), screen=list(body.get("screen") or []),
+                   measured=dict(body.get("measured") or {}))

@@ -44,11 +44,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.measured import measured_within, on_table_scale
-from nni_hwaware.trial.parameters import TrialParameters
+from nni_hwaware.measured import NOT_TRAINED, Measurement, on_table_scale
+from nni_hwaware.trial.parameters import Measuring, TrialParameters
 
-__all__ = ["main", "measure_then_train", "measured_costs", "over_budget", "retrain_metrics", "trial_metrics",
-           "untrained_metrics"]
+__all__ = ["main", "measure_then_train", "measured_costs", "over_budget", "retrain_metrics", "screening_metrics",
+           "trial_metrics", "untrained_metrics"]
 
 
 def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float], costs: Mapping[str, float],
@@ -59,13 +59,39 @@ def trial_metrics(arch: Mapping[str, str], result: Mapping[str, float], costs: M
             "arch": json.dumps(dict(arch), separators=(",", ":"))}
 
 
-def measured_costs(named: Any, arch: Mapping[str, Any], reference: Mapping[str, Any], seed: int) -> dict[str, float]:
-    """The trial's own measurement (see the module docstring); nothing without a reference network."""
+def measured_costs(named: Any, arch: Mapping[str, Any], reference: Mapping[str, Any], seed: int,
+                   measuring: Measuring | None = None) -> dict[str, float]:
+    """The trial's own measurement (see the module docstring), as the cost table was profiled
+    (``measuring``: its backend, batch size, threads and device); nothing without a reference network."""
     from nni_hwaware.training.compare import measure_against_reference
 
     if not reference:
         return {}
-    return measure_against_reference(named, arch, reference, seed=seed)
+    return measure_against_reference(named, arch, reference, seed=seed, **(measuring or Measuring()).to_dict())
+
+
+def screening_metrics(named: Any, params: TrialParameters, seed: int) -> dict[str, Any]:
+    """The final metric of a screening trial: every architecture of ``params.screen`` measured in shared
+    rounds with the reference network (as the table was profiled), none trained. ``screened`` holds, per
+    architecture, what it measured (its latency ratio's 95 % interval too) and whether it fits the budget
+    judged as the search judges it (:class:`~nni_hwaware.measured.Measurement`: the interval's upper end);
+    ``default`` is 0 (no accuracy: the portal's other columns say what it measured)."""
+    from nni_hwaware.training.compare import TRIAL_TIMING_SECONDS, measure_against_reference_many
+
+    if not params.reference:
+        raise HwAwareError("a screening trial needs the space's reference network to measure beside")
+    archs = [named.check_architecture(a) for a in params.screen]
+    seconds = TRIAL_TIMING_SECONDS * max(1.0, (len(archs) + 1) / 2)  # as many rounds as a trial's of one network
+    results = measure_against_reference_many(named, archs, params.reference, seconds=seconds, seed=seed,
+                                             **params.measuring.to_dict())
+    screened = []
+    for arch, measured in zip(archs, results, strict=True):
+        over = over_budget(measured, params)
+        screened.append({**measured, "arch": dict(arch), "fits": not over, **({"over": over} if over else {})})
+    return {"default": 0.0, "screening": True, "measured": len(screened),
+            "fit": sum(s["fits"] for s in screened),
+            "latency_ms": min(s["latency_ms"] for s in screened),
+            "screened": json.dumps(screened, separators=(",", ":"))}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -140,6 +166,11 @@ def _run(args: argparse.Namespace) -> int:
                            f"{params.dataset!r}; install the same nni-hwaware version on every machine")
     if params.retrain is not None:
         return _retrain(named, params, train)
+    if params.screen:
+        final = screening_metrics(named, params, train.seed)
+        nni.report_final_result(final)
+        print(json.dumps({k: v for k, v in final.items() if k != "screened"}))
+        return 0
     arch = named.check_architecture(params.arch)
 
     def on_epoch(epoch: int, record: Mapping[str, float]) -> None:
@@ -155,10 +186,14 @@ def _run(args: argparse.Namespace) -> int:
 
 def measure_then_train(named: Any, arch: Mapping[str, Any], params: TrialParameters, seed: int,
                        train: Callable[[], Mapping[str, float]]) -> dict[str, Any]:
-    """A search trial's final metric: its network measured beside the reference, then trained (``train``
-    gives the training's metrics) unless it measured over the budget the parameters carry: the search
-    counts such a network a failure whatever its accuracy, so the measurement is all it needs."""
-    measured = measured_costs(named, arch, params.reference, seed)
+    """A search trial's final metric: its network measured beside the reference (as the table was
+    profiled), then trained (``train`` gives the training's metrics) unless it measured over the budget
+    the parameters carry: the search counts such a network a failure whatever its accuracy, so the
+    measurement is all it needs. A network a screening trial measured (``params.measured``) is trained
+    without measuring it again."""
+    if params.measured:
+        return trial_metrics(arch, train(), params.costs, params.measured)
+    measured = measured_costs(named, arch, params.reference, seed, params.measuring)
     if over := over_budget(measured, params):
         final = untrained_metrics(arch, params.costs, measured, over)
         print(f"{final['not_trained']}: not trained")
@@ -168,9 +203,9 @@ def measure_then_train(named: Any, arch: Mapping[str, Any], params: TrialParamet
 
 def over_budget(measured: Mapping[str, Any], params: TrialParameters) -> list[str]:
     """The budget's metrics ``measured`` is over, judged as the search judges a result (the latency on the
-    table's scale: the ratio to the reference times the table's reference latency); none without a budget."""
-    scaled = on_table_scale(measured, params.reference_table_latency_ms)
-    return [metric for metric, limit in params.budget.items() if not measured_within(scaled, {metric: limit})]
+    table's scale: the ratio to the reference times the table's reference latency, the upper end of its
+    95 % interval where measured); none without a budget."""
+    return Measurement.of(on_table_scale(measured, params.reference_table_latency_ms)).over(params.budget)
 
 
 def untrained_metrics(arch: Mapping[str, str], costs: Mapping[str, float], measured: Mapping[str, float],
@@ -178,7 +213,7 @@ def untrained_metrics(arch: Mapping[str, str], costs: Mapping[str, float], measu
     """The final metric of a trial measured over the budget: a failure's accuracy (0), what it measured,
     and why it was not trained (``not_trained``)."""
     return {**trial_metrics(arch, {"val_top1": 0.0}, costs, measured),
-            "not_trained": f"measured over the budget ({', '.join(over)})"}
+            NOT_TRAINED: f"measured over the budget ({', '.join(over)})"}
 
 
 def retrain_metrics(baseline: Any, found: Any) -> dict[str, Any]:

@@ -64,6 +64,44 @@ class TrialRecords:
     #: Parameter id -> (when, succeeded) for every trial end NNI announced.
     ended: dict[int, tuple[float, bool]] = field(default_factory=dict)
     mismatches: int = 0
+    #: Screening trials sent and not settled: parameter id -> the architectures it measures.
+    screening: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    #: What the screening trials measured: one record per candidate (``fits``: measured to fit the budget).
+    measurements: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def screened(self) -> dict[str, dict[str, Any]]:
+        """The screening measurement of each architecture (its sorted JSON as the key): what its training
+        trial reports instead of measuring it again."""
+        return {json.dumps(m["arch"], sort_keys=True): {k: v for k, v in m.items() if k not in ("arch", "fits")}
+                for m in self.measurements}
+
+    def send_screen(self, parameter_id: int, archs: list[dict[str, Any]]) -> None:
+        self.screening[parameter_id] = [dict(a) for a in archs]
+        self.sent.add(parameter_id)
+
+    def settle_screen(self, parameter_id: int | None, archs: list[dict[str, Any]]) -> None:
+        """A screening trial's result came: the one that measured ``archs`` is settled (found by its
+        architectures, as NNI may pair a result with another trial's id, microsoft/nni#5726)."""
+        pid = next((p for p, sent in self.screening.items() if sent == archs), parameter_id)
+        if pid != parameter_id:
+            self.mismatches += 1
+        self.screening.pop(pid, None)  # type: ignore[arg-type]
+
+    def add_measurement(self, arch: Mapping[str, Any], metrics: Mapping[str, Any]) -> None:
+        self.measurements.append({"arch": dict(arch), **{k: v for k, v in metrics.items() if k != "arch"}})
+
+    def dead_screens(self) -> list[dict[str, Any]]:
+        """The candidates of screening trials now certain to have ended without a result; removed."""
+        if not self.screening or not self.sent <= self.ended.keys():
+            return []
+        now = time.monotonic()
+        if any(success and now - since < RESULT_GRACE_S for pid, (since, success) in self.ended.items()
+               if pid in self.screening):
+            return []
+        dead = [a for archs in self.screening.values() for a in archs]
+        self.screening.clear()
+        return dead
 
     def send(self, parameter_id: int, arch: dict[str, Any]) -> None:
         self.in_flight[parameter_id] = arch
@@ -128,11 +166,18 @@ class TrialRecords:
         return [{"arch": r["arch"], **{k: r[k] for k in HISTORY_KEYS if k in r}} for r in self.results]
 
     def state(self) -> dict[str, Any]:
-        return {"results": self.results, "retrain_sent": self.retrain_sent}
+        return {"results": self.results, "retrain_sent": self.retrain_sent, "measurements": self.measurements,
+                "training": list(self.in_flight.values())}
 
     def load(self, state: Mapping[str, Any]) -> None:
         self.results = [dict(r) for r in state.get("results", [])]
         self.retrain_sent = bool(state.get("retrain_sent", False))
+        self.measurements = [dict(m) for m in state.get("measurements", [])]
+
+    @staticmethod
+    def training_at_save(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The architectures whose training trials were in flight when ``state`` was saved."""
+        return [dict(a) for a in state.get("training", [])]
 
     def imported(self, data: list[Any], check: Callable[[Mapping[str, Any]], dict[str, Any]]
                  ) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
@@ -156,6 +201,7 @@ class TrialRecords:
     def stats(self, decisions: int, decision_seconds: float, results: int, in_flight: int) -> dict[str, Any]:
         """Decisions, results and failures so far (``tuner_stats.json``)."""
         return {"decisions": decisions, "decision_seconds": decision_seconds, "results": results,
+                "measurements_screened": len(self.measurements),
                 "failed": self.failures(), "in_flight": in_flight, "arch_mismatches": self.mismatches,
                 "pid": os.getpid()}
 

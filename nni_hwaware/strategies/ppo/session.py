@@ -21,7 +21,7 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_json
-from nni_hwaware.measured import MEASURED, on_table_scale
+from nni_hwaware.measured import MEASURED, NOT_TRAINED, on_table_scale
 from nni_hwaware.strategies.correction import fidelity_prior_margin
 from nni_hwaware.strategies.job import SearchJob
 from nni_hwaware.strategies.ppo.records import (
@@ -79,9 +79,14 @@ class SearchSession:
         if initial_state is not None:
             self.search.load_state_dict(initial_state)
             self.records.load(initial_state.get("tuner") or {})
-            if not rerun_in_flight:
-                self.search.pending.clear()  # nobody reruns them: propose them again
-            self.resumed = set(self.search.pending)
+            search = self.search
+            if not rerun_in_flight:  # nobody reruns them: propose them again (those measured to fit: train them)
+                for key in search._unresolved():
+                    del search.pending[key]
+                self.resumed = set()
+            else:  # NNI reruns the trials in flight: the screens and the trainings
+                training = {search.actions_of(a) for a in TrialRecords.training_at_save(initial_state.get("tuner") or {})}
+                self.resumed = set(search._unresolved()) | (training & set(search.cleared))
             _logger.info("resumed the PPO search: %d results, %d architectures in flight",
                          len(self.search.history.order), len(self.search.pending))
         _logger.info("PPO search on chip %s under %s", self.model.chip, self.budget.limits())
@@ -97,41 +102,114 @@ class SearchSession:
 
     # -- proposing ---------------------------------------------------------------------
     def propose(self, parameter_id: int) -> dict[str, Any]:
-        """NNI parameters of the next trial; :class:`NoProposal` when there is none now."""
+        """NNI parameters of the next trial; :class:`NoProposal` when there is none now.
+
+        In this order: the training of a network a screening trial measured to fit; while the search
+        goes on, a screening trial of up to ``screen`` new candidates (or, with ``screen: 1``, one trial
+        that measures its candidate and trains it if it fits); once it is over, the retraining.
+        """
         search = self.ready()
         self._settle_dead()
-        if not self.retrain_due() and not self._search_done():
-            arch = search.ask()
-            if arch is not None:
-                self.records.send(parameter_id, arch)
-                self._save_state()  # in flight from now on: a resumed search must not propose it again
-                return self._parameters(arch).to_dict()
-            self.exhausted = True
         if not self.retrain_due():
-            raise NoProposal(search.unreachable or ("every architecture under the budget has been tried"
-                                                    if self.exhausted
-                                                    else f"the search made its {self.job.search_trials} trials"))
+            waiting = self._next_cleared()
+            if waiting is not None:
+                self.records.send(parameter_id, waiting)
+                self._save_state()
+                return self._parameters(waiting, measured=self.records.screened.get(_key(waiting), {})).to_dict()
+            if not self._search_done():
+                if self.job.screens:
+                    archs = self._ask_many(self._screen_slots())
+                    if archs:
+                        self.records.send_screen(parameter_id, archs)
+                        self._save_state()  # in flight from now on: a resumed search must not propose them again
+                        return self._parameters({}, screen=archs).to_dict()
+                else:
+                    arch = search.ask()
+                    if arch is not None:
+                        self.records.send(parameter_id, arch)
+                        self._save_state()  # in flight from now on: a resumed search must not propose it again
+                        return self._parameters(arch).to_dict()
+                    self.exhausted = True
+        if not self.retrain_due():
+            if self._search_done() or not (search.pending or self.records.screening):
+                raise NoProposal(search.unreachable or ("every architecture under the budget has been tried"
+                                                        if self.exhausted else self._done_why()))
+            raise NoProposal("the screened networks are measured or trained first", waiting=self.job.retrain is not None)
         if not self.retrain_ready():
             raise NoProposal("the retraining waits for the last search results", waiting=True)
         return self.retrain_parameters()
 
-    def _search_done(self) -> bool:
+    def _ask_many(self, n: int) -> list[dict[str, Any]]:
+        archs = []
+        for _ in range(n):
+            arch = self.ready().ask()
+            if arch is None:
+                self.exhausted = not archs and not self.ready().pending
+                break
+            archs.append(arch)
+        return archs
+
+    def _next_cleared(self) -> dict[str, Any] | None:
+        """A network measured to fit whose training is not in flight (nor rerun by NNI after a resume)."""
         search = self.ready()
-        searched = len(search.history.order) + len(search.pending)
-        return self.exhausted or (self.job.search_trials is not None and searched >= self.job.search_trials)
+        training = {search.actions_of(a) for a in self.records.in_flight.values()}
+        for key in search.cleared:
+            if key not in training and key not in self.resumed:
+                return search.arch_of(key)
+        return None
+
+    def _trainings_committed(self) -> int:
+        """Trainings done, in flight or due (networks measured to fit)."""
+        search = self.ready()
+        return len(search.history.order) + len(search.pending) if not self.job.screens else \
+            len(search.history.order) + len(search.cleared)
+
+    def _measurement_cap(self) -> int | None:
+        if self.job.search_trials is None or not self.job.screens:
+            return None
+        return int(self.job.ppo.measurements_per_training * self.job.search_trials)
+
+    def _screen_slots(self) -> int:
+        """Candidates the next screening trial may measure: at most ``screen``, no more than the trainings
+        left (each candidate in a screen may become one) nor the measurements left."""
+        slots = self.job.screen
+        unresolved = len(self.ready()._unresolved())
+        if self.job.search_trials is not None:
+            slots = min(slots, self.job.search_trials - self._trainings_committed() - unresolved)
+        if (cap := self._measurement_cap()) is not None:
+            slots = min(slots, cap - self.ready().measurements - unresolved)
+        return max(0, slots)
+
+    def _search_done(self) -> bool:
+        if self.exhausted:
+            return True
+        if self.job.search_trials is None:
+            return False
+        if self._trainings_committed() >= self.job.search_trials:
+            return True
+        cap = self._measurement_cap()
+        return cap is not None and self.ready().measurements >= cap
+
+    def _done_why(self) -> str:
+        cap = self._measurement_cap()
+        if cap is not None and self.ready().measurements >= cap and self._trainings_committed() < (self.job.search_trials or 0):
+            return f"the search made its {cap} measurements ({self.job.ppo.measurements_per_training} a training)"
+        return f"the search made its {self.job.search_trials} trainings"
 
     def retrain_due(self) -> bool:
-        """Whether the retraining trial is next: the search is over, and it was not sent."""
+        """Whether the retraining trial is next: the search is over, nothing waits for its training, and it
+        was not sent."""
         search = self.ready()
         return (self.job.retrain is not None and not self.records.retrain_sent
-                and bool(search.history.order or search.pending) and self._search_done())
+                and bool(search.history.order or search.pending) and self._search_done()
+                and self._next_cleared() is None)
 
     def retrain_ready(self) -> bool:
         """Whether every search result is in (the reruns of a resume are not waited for)."""
-        return self.retrain_due() and not set(self.ready().pending) - self.resumed
+        return self.retrain_due() and not set(self.ready().pending) - self.resumed and not self.records.screening
 
     def _parameters(self, arch: dict[str, Any], **extra: Any) -> Any:
-        from nni_hwaware.trial.parameters import TrialParameters
+        from nni_hwaware.trial.parameters import Measuring, TrialParameters
 
         costs = self.model.predict(arch).metrics() if arch else {}
         if arch and self.search is not None and self.search.correction is not None:
@@ -140,15 +218,19 @@ class SearchSession:
             costs.update({f"corrected_{m}": corrected[m] for m in ("latency_ms", "memory_mb")
                           if self.search.correction.count(m)})
         measure_first = {}
-        if arch and self.reference and not self.job.train_over_budget:
+        if (arch or extra.get("screen")) and self.reference and not self.job.train_over_budget:
             # a network measured over the budget is a failure: the trial measures it before training
             budget = {m: v for m, v in self.budget.limits().items() if m in MEASURED}
             if budget:
                 measure_first = {"budget": budget, "reference_table_latency_ms": self._reference_latency()}
+        # measured as the table was profiled (its backend, batch size, threads, device)
+        measuring = Measuring(backend=self.full.backend, batch_size=self.full.batch_size,
+                              threads=self.full.threads or 1, device=self.job.device)
         return TrialParameters(arch=arch, space=self.job.space, space_args=self.job.space_args,
                                dataset=self.named.dataset, chip=self.model.chip,
                                costs=costs,
-                               reference=dict(self.reference) if arch else {},
+                               reference=dict(self.reference) if arch or extra.get("screen") else {},
+                               measuring=measuring,
                                **{"train": self.job.train, **measure_first, **extra})
 
     def retrain_parameters(self) -> dict[str, Any]:
@@ -171,6 +253,8 @@ class SearchSession:
 
         if "retrain" in (parameters.get(KEY) or {}) or (isinstance(value, Mapping) and value.get("retrain")):
             return self._write_report(value)
+        if isinstance(value, Mapping) and value.get("screening"):
+            return self._screened(parameter_id, value)
         arch = self.records.arch_of(parameter_id, parameters, value, self.named.check_architecture)
         self.records.settle(parameter_id)
         metrics = metrics_of(value)
@@ -183,6 +267,25 @@ class SearchSession:
             self.records.add_result(arch, metrics)
         self._after_event()
         return None
+
+    def _screened(self, parameter_id: int | None, value: Mapping[str, Any]) -> None:
+        """A screening trial's result: each candidate's measurement told to the search (measured to fit: its
+        training is next; over the budget: never trained)."""
+        import json
+
+        try:
+            screened = json.loads(value["screened"])
+        except (KeyError, TypeError, json.JSONDecodeError):
+            raise HwAwareError(f"screening trial {parameter_id} reported no readable 'screened' list") from None
+        archs = [self.named.check_architecture(item["arch"]) for item in screened]
+        self.records.settle_screen(parameter_id, archs)  # by its architectures (microsoft/nni#5726)
+        search = self.ready()
+        for arch, item in zip(archs, screened, strict=True):
+            metrics = on_table_scale({k: v for k, v in item.items() if k not in ("arch", "fits", "over")},
+                                     self._reference_latency())
+            search.tell(arch, {**metrics, NOT_TRAINED: "screening"})
+            self.records.add_measurement(arch, {**metrics, "fits": search.actions_of(arch) in search.cleared})
+        self._after_event()
 
     def ended(self, parameter_id: int, success: bool) -> None:
         self.records.end(parameter_id, success)  # *some* trial ended (microsoft/nni#5726)
@@ -262,6 +365,10 @@ class SearchSession:
         self.records.add_failure(arch, why, self.ready().tell(arch, None))
 
     def _settle_dead(self) -> None:
+        for arch in self.records.dead_screens():
+            if self.ready().actions_of(arch) in self.ready().pending:
+                _logger.warning("the screening trial of %s ended without a result; counted as failed", arch)
+                self._failure(arch, "its screening trial ended without a result (crashed, killed)")
         for arch in self.records.dead():
             if self.ready().actions_of(arch) not in self.ready().history.rewards:  # else its result came
                 _logger.warning("a trial of %s ended without a result; counted as failed", arch)
@@ -306,7 +413,17 @@ class SearchSession:
         search = self.ready()
         return {**self.records.stats(search.decisions, search.decision_seconds, len(search.history.order),
                                      len(search.pending)),
+                "trainings": search.trainings, "measurements": search.measurements,
+                "measurements_per_training": search.measurements / max(1, search.trainings),
+                "screened_over_budget": len(search.history.screened),
                 "measured_over_budget": search.measured_over_budget(),
                 "cost_correction": search.correction.summary() if search.correction is not None else None,
                 "proxy": None if self.proxy is None else {"proxy": self.proxy.proxy, "networks": self.proxy.computed,
                                                           "ms_per_network": round(self.proxy.mean_ms(), 2)}}
+
+
+def _key(arch: Mapping[str, Any]) -> str:
+    """An architecture as a key of the records (its JSON, sorted)."""
+    import json
+
+    return json.dumps(dict(arch), sort_keys=True)

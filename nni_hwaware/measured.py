@@ -134,7 +134,7 @@ class Measurement:
         out = []
         for metric, limit in (budget or {}).items():
             value = self.upper(metric) if metric in MEASURED else None
-            if value is not None and limit is not None and value > float(limit):
+            if value is not None and limit is not None and value > float(limit) * (1 + 1e-9):  # a tie fits
                 out.append(metric)
         return out
 

@@ -83,12 +83,9 @@ def tiny_gumbel_config(tmp_path: Path, space: Path, table: Path, *, search: dict
 
 
 def tiny_tuner(tmp_path: Path, **options: Any) -> Any:
-    """A :class:`PPOTuner` over :func:`tiny_config` with :func:`tiny_table`, its search space given (files in ``tmp_path``).
-
-    Each trial measures and trains its own network (``screen: 1``) unless ``screen`` says otherwise."""
+    """A :class:`PPOTuner` over :func:`tiny_config` with :func:`tiny_table`, its search space given (files in ``tmp_path``)."""
     from nni_hwaware.strategies.ppo.tuner import PPOTuner
 
-    options.setdefault("screen", 1)
     table = tmp_path / "t.csv"
     tiny_table().save(table)
     space = tmp_path / "space.json"

@@ -214,7 +214,7 @@ def test_tuner_searches_a_hub_space_with_a_per_choice_cost_table(tmp_path: Path)
     path = tmp_path / "per_choice.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     tuner = PPOTuner("nni:NasBench201", str(path), space_args=args, budget={"latency_ms": "40%"},
-                     ppo={"seed": 0}, screen=1)  # one trial per network
+                     ppo={"seed": 0})
     tuner.update_search_space({label: {"_type": "choice", "_value": values}
                                for label, values in named.choices().items()})
     limit = 0.4 * (1.0 + 6 * 1.0)  # the reference: every edge a 3x3 conv

@@ -42,6 +42,7 @@ from remote_service import SshWorker, skip_reason, ssh_worker
 
 from nni_hwaware.experiment import RunningExperiment, free_port, nnictl_path
 from nni_hwaware.experiment.check import check_config
+from nni_hwaware.strategies.job import SearchJob
 
 ROOT = Path(__file__).resolve().parents[1]
 SEARCH_TRIALS = 3
@@ -95,7 +96,7 @@ def _remote_config(job: Path, worker: SshWorker) -> tuple[Path, dict[str, Any]]:
     assert not Path(workdir).is_absolute(), "config.yml's experimentWorkingDirectory is expected inside the code"
     config.update({
         "trialCommand": _with_epochs(config["trialCommand"], EPOCHS),
-        "maxTrialNumber": SEARCH_TRIALS + 1,
+        "maxTrialNumber": SearchJob.from_dict(args).max_trials(),  # the trainings, the screens, the retraining
         "maxExperimentDuration": "8m",
         "nniManagerIp": "127.0.0.1",
         "trainingService": {"platform": "remote", "machineList": [worker.machine()]},
@@ -141,7 +142,8 @@ def test_remote_example_mirrors_the_main_job() -> None:
     assert remote["tuner"]["className"] == main["tuner"]["className"]
     assert remote["tuner"]["classArgs"].keys() == main["tuner"]["classArgs"].keys()
     assert remote["trialCommand"].split("#")[0].split() == main["trialCommand"].split()
-    assert remote["maxTrialNumber"] == remote["tuner"]["classArgs"]["search_trials"] + 1
+    # every training, the screening trials in the worst case (one candidate each), the retraining
+    assert remote["maxTrialNumber"] == SearchJob.from_dict(remote["tuner"]["classArgs"]).max_trials()
     base = ROOT / "examples" / "remote"
     assert (base / remote["trialCodeDirectory"]).resolve() == ROOT  # uploaded with the root's .nniignore
     assert (base / remote["searchSpaceFile"]).resolve() == (ROOT / main["searchSpaceFile"]).resolve()
@@ -229,12 +231,16 @@ def _check_run(exp: RunningExperiment, worker: SshWorker, config: dict[str, Any]
 
     # The main job's own results.
     assert status == "DONE", describe()
-    assert len(jobs) == SEARCH_TRIALS + 1, describe()
+    # the search's trainings, its screening trials (ran on the worker like any trial) and the retraining
+    screens = [m for m in exp.final_metrics() if m.get("screening")]
+    assert screens and all(m["measured"] >= 1 for m in screens), describe()
+    assert len(jobs) == SEARCH_TRIALS + len(screens) + 1, describe()
     states = {job_record["trialJobId"]: job_record["status"] for job_record in jobs}
     assert set(states.values()) == {"SUCCEEDED"}, f"trial states {states}\n{describe()}"
     hwaware = exp.experiment_dir / "hwaware"
     stats = json.loads((hwaware / "tuner_stats.json").read_text())
     assert stats["arch_mismatches"] == 0, stats
+    assert stats["trainings"] == SEARCH_TRIALS and stats["measurements"] == sum(m["measured"] for m in screens), stats
     report = hwaware / "report"
     assert report.is_dir() and any(report.iterdir()), f"no report in {report}\n{describe()}"
     # The retraining trial left the trained network on the worker, in its own trial directory.

@@ -46,8 +46,7 @@ def reward(arch: dict[str, str]) -> float:
 
 
 def _digits_tuner(seed: int, proxy: str = "synflow") -> PPOTuner:
-    tuner = PPOTuner("digits", str(TABLE), budget={"latency_ms": "60%"}, ppo={"seed": seed, "proxy": proxy},
-                     screen=1)  # one trial per network (its own measurement first)
+    tuner = PPOTuner("digits", str(TABLE), budget={"latency_ms": "60%"}, ppo={"seed": seed, "proxy": proxy})
     tuner.update_search_space(digits_space())
     return tuner
 
@@ -147,7 +146,7 @@ def test_small_space_answers_every_feasible_id_then_none(tmp_path: Path) -> None
     table, space = tmp_path / "t.csv", tmp_path / "space.json"
     tiny_table().save(table)
     space.write_text(tiny_config().to_json())
-    tuner = PPOTuner(str(space), str(table), budget={"latency_ms": 3.0}, ppo={"seed": 0}, screen=1)
+    tuner = PPOTuner(str(space), str(table), budget={"latency_ms": 3.0}, ppo={"seed": 0})
     tuner.update_search_space({label: {"_type": "choice", "_value": ["skip", "basic", "bottleneck"]}
                                for label in ("layer1_0", "layer2_0")})
     # latency 0.75 + {skip 0.1, basic 2, bottleneck 1} + {skip 0.2, basic 4, bottleneck 1} <= 3: 5 architectures

@@ -121,10 +121,16 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
             raise HwAwareError(f"{path.name}: trialCommand trains space {trial_space!r} but the tuner "
                                f"searches {args['space']!r}; use the same space in both")
     if job.search_trials is not None and job.retrain is not None:
-        needed = job.search_trials + 1
-        if int(config.get("maxTrialNumber", needed)) != needed:
-            raise HwAwareError(f"{path.name}: maxTrialNumber must be search_trials + 1 = {needed} "
-                               "(the search trials, then one that retrains the best network)")
+        needed = job.max_trials()
+        if int(config.get("maxTrialNumber", needed)) < needed:
+            measured = job.max_measurements()
+            how = (f"{job.search_trials} trainings, up to {measured} candidates measured by screening trials "
+                   f"({job.screen} a trial, one in the worst case), then one that retrains the best network"
+                   if job.screens else
+                   f"up to {measured or job.search_trials} trials, each measuring its network and training the "
+                   f"{job.search_trials} that fit, then one that retrains the best network")
+            raise HwAwareError(f"{path.name}: maxTrialNumber must be at least {needed} ({how}); the experiment "
+                               "ends when the trainings are done")
     choices = named.choices()
     try:
         allowed = allowed_values(search_space, choices, named.name)

@@ -33,7 +33,8 @@ __all__ = ["best_trial", "render_search_report", "write_retrain_report", "write_
 def best_trial(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
     """The trial with the highest validation top-1 (``default``) among finite results whose measured
     costs fit ``budget``; when none fits, the best of all (check it with :func:`measured_within`)."""
-    finite = [t for t in trials if isinstance(t.get("default"), (int, float)) and t["default"] == t["default"]]
+    finite = [t for t in trials if isinstance(t.get("default"), (int, float)) and t["default"] == t["default"]
+              and not t.get("not_trained")]  # a network measured over the budget was never trained
     if not finite:
         raise HwAwareError("no trial finished with a finite validation accuracy; nothing to retrain")
     fitting = [t for t in finite if measured_within(t, budget)]
@@ -43,13 +44,16 @@ def best_trial(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any] | 
 def write_search_report(out_dir: str | os.PathLike[str], baseline: ModelResult, best: ModelResult,
                         trials: Sequence[Mapping[str, Any]], *, baseline_predicted_ms: float | None = None,
                         budget: Mapping[str, Any] | None = None, space: Mapping[str, Any] | None = None,
-                        correction: Mapping[str, Any] | None = None) -> dict[str, Path]:
+                        correction: Mapping[str, Any] | None = None,
+                        measurements: Sequence[Mapping[str, Any]] = ()) -> dict[str, Path]:
     """Write the files listed in the module docstring; returns their paths by kind.
 
     ``space`` (``{space, space_args}``: how the search named its space) lets ``nni-hwaware
-    export <experiment>`` rebuild the found network."""
+    export <experiment>`` rebuild the found network; ``measurements`` are the screening trials'
+    measurements (one per candidate), counted apart from the trainings."""
     out = Path(out_dir)
     results = {"baseline": baseline.to_dict(), "best": best.to_dict(), "trials": list(trials),
+               "measurements": list(measurements),
                "baseline_predicted_ms": baseline_predicted_ms, "budget": dict(budget or {}),
                **({"space": dict(space)} if space else {}),
                **({"correction": dict(correction)} if correction else {})}
@@ -61,7 +65,8 @@ def write_search_report(out_dir: str | os.PathLike[str], baseline: ModelResult, 
 def write_retrain_report(out_dir: str | os.PathLike[str], metric: Mapping[str, Any],
                          trials: Sequence[Mapping[str, Any]], *, budget: Mapping[str, Any] | None = None,
                          space: Mapping[str, Any] | None = None,
-                         correction: Mapping[str, Any] | None = None) -> tuple[dict[str, Path], list[str]]:
+                         correction: Mapping[str, Any] | None = None,
+                         measurements: Sequence[Mapping[str, Any]] = ()) -> tuple[dict[str, Path], list[str]]:
     """The report from the retraining trial's final metric (``results``: both networks, see
     :func:`nni_hwaware.trial.run.retrain_metrics`); returns the paths and the comparison's warnings."""
     import json
@@ -73,7 +78,8 @@ def write_retrain_report(out_dir: str | os.PathLike[str], metric: Mapping[str, A
         raise HwAwareError(f"the retraining trial's result has no readable 'results' ({err}); the tuner and "
                            "the trial must be the same nni-hwaware version") from None
     paths = write_search_report(out_dir, baseline, found, trials, budget=budget, space=space,
-                                baseline_predicted_ms=baseline.predicted_latency_ms, correction=correction)
+                                baseline_predicted_ms=baseline.predicted_latency_ms, correction=correction,
+                                measurements=measurements)
     return paths, list(found.extra.get("vs_baseline", {}).get("warnings", []))
 
 
@@ -109,6 +115,19 @@ def _calibration(trials: Sequence[Mapping[str, Any]], budget: Mapping[str, Any])
             "measured": [float(measured_cost(t, "latency_ms")) for t in both], "lines": lines}
 
 
+def _accounting(trials: Sequence[Mapping[str, Any]], measurements: Sequence[Mapping[str, Any]]) -> str:
+    """The two resources a search spent, counted apart: trainings, and measurements (by screening trials,
+    or by a trial of its own network before training it; ``screened`` marks a training of a screened one)."""
+    untrained = sum(bool(t.get("not_trained")) for t in trials)
+    trained = len(trials) - untrained
+    screened_over = sum(not m.get("fits", True) for m in measurements)
+    own = sum(1 for t in trials if not t.get("screened") and isinstance(measured_cost(t, "latency_ms"), (int, float)))
+    measured = len(measurements) + own
+    return (f"trainings: {trained}; measurements: {measured} ({len(measurements)} by screening trials, "
+            f"{screened_over} of them over the budget; {own} by search trials of their own network, {untrained} "
+            f"of them over the budget and not trained): {measured / max(1, trained):.2f} measurements a training")
+
+
 def render_search_report(results_file: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """Render the report files from a ``results.json`` written by :func:`write_search_report`."""
     from nni_hwaware.report.plot import PlotPoint, accuracy_latency_plot
@@ -123,6 +142,7 @@ def render_search_report(results_file: str | os.PathLike[str], out_dir: str | os
     paths = write_report(out, baseline, [best], title=title)
     budget = dict(data.get("budget") or {})
     calibration = _calibration(data["trials"], budget)
+    calibration["lines"].insert(0, _accounting(data["trials"], data.get("measurements") or []))
     for metric, fit in (data.get("correction") or {}).items():
         calibration["lines"].append(
             f"{metric} correction from {fit['pairs']} measured trials: scale {fit['scale']:.3f}, spread of "

@@ -97,6 +97,8 @@ class _LocalFit:
     gp: HammingGP
     mean: float
     std: float
+    #: Pairs when its length scale and noise were last chosen.
+    fitted_at: int = 0
 
     def log_bound(self, keys: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean of the log ratio and that plus ``z`` predictive standard deviations."""
@@ -232,18 +234,22 @@ class CostCorrection:
             at += n
         self.fits[metric] = MetricCorrection(float(weights[0]), residuals, loo, y)
         if self.local:
-            self.locals.pop(metric, None)
+            previous = self.locals.pop(metric, None)
             if self._local_ready(len(keys)):
                 # the GP lives beside the policy, which imports torch: not when the tuner is built
-                from nni_hwaware.strategies.ppo.policy import HammingGP
+                from nni_hwaware.strategies.ppo.policy import HammingGP, refit_due
 
                 keep = slice(-_LOCAL_LIMIT, None)
                 ys, at = y[keep], np.asarray(keys[keep], dtype=np.int64)
                 # a chip the table predicts exactly has no spread: no margin either (1e-9: a tie at the limit fits)
                 mean, std = float(ys.mean()), max(float(ys.std()), 1e-9)
-                gp = HammingGP(len(self.n_values))
-                gp.fit(at, (ys - mean) / std)
-                self.locals[metric] = _LocalFit(gp, mean, std)
+                if previous is None or refit_due(len(ys), previous.fitted_at):
+                    gp, fitted_at = HammingGP(len(self.n_values)), len(ys)
+                    gp.fit(at, (ys - mean) / std)
+                else:  # the last choice of length scale and noise, conditioned on the new pairs
+                    gp, fitted_at = previous.gp, previous.fitted_at
+                    gp.condition(at, (ys - mean) / std)
+                self.locals[metric] = _LocalFit(gp, mean, std, fitted_at)
 
     def _local_ready(self, n: int) -> bool:
         """Whether ``n`` pairs are enough for a data-driven margin (the conformal rank exists)."""

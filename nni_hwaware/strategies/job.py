@@ -222,9 +222,11 @@ class SearchJob:
     #: trials come on top of them, at most ``ppo.measurements_per_training`` measurements per training.
     search_trials: int | None = None
     #: Candidates a screening trial measures at once, in shared rounds with the reference network, before
-    #: any is trained: only those measured to fit the budget get a training trial (1: no screening trials;
-    #: each search trial measures its own network and trains it if it fits).
-    screen: int = 8
+    #: any is trained: only those measured to fit the budget get a training trial (``config.yml``: 8). 1 (the
+    #: default, which a trial command of your own expects): no screening trials; each search trial measures
+    #: its own network and trains it only if it fits. Either way a network measured over the budget costs
+    #: a measurement, not a training.
+    screen: int = 1
     #: How the final trial retrains the best network and the baseline (None: no retraining).
     retrain: TrainConfig | None = None
     #: Where the search state is saved after every event, for resuming (relative: the
@@ -248,13 +250,22 @@ class SearchJob:
             raise HwAwareError("retrain needs search_trials: the number of search trials before the final retraining")
         _ = self.cost  # validates table, batch_size, ...
 
+    def max_measurements(self) -> int | None:
+        """The most networks the search measures (``measurements_per_training`` a training; None: unbounded)."""
+        if self.search_trials is None or not self.ppo.measure_first or self.train_over_budget:
+            return None
+        return math.floor(self.ppo.measurements_per_training * self.search_trials)
+
     def max_trials(self) -> int | None:
-        """The most trials the experiment can need (``maxTrialNumber``): every training, every screening
-        trial at one candidate each in the worst case, and the retraining (None: no ``search_trials``)."""
+        """The most trials the experiment can need (``maxTrialNumber``), the retraining included: with
+        screening trials, every training and every screening trial (at one candidate each, the worst
+        case); else one trial per measurement (a network measured over the budget ends its trial
+        untrained). None without ``search_trials``."""
         if self.search_trials is None:
             return None
-        measurements = math.floor(self.ppo.measurements_per_training * self.search_trials) if self.screens else 0
-        return self.search_trials + measurements + (self.retrain is not None)
+        measurements = self.max_measurements() or self.search_trials
+        searching = self.search_trials + measurements if self.screens else measurements
+        return searching + (self.retrain is not None)
 
     @property
     def screens(self) -> bool:

@@ -67,6 +67,19 @@ def normal_scores(values: np.ndarray) -> np.ndarray:
     return ndtri((ranks + 0.5) / n)
 
 
+#: Results up to which a Gaussian process chooses its length scale and noise anew at every result.
+REFIT_EVERY_UNTIL = 30
+#: Beyond them, it chooses them anew when the results have grown by this factor since the last choice
+#: (and conditions on the new results with the last choice in between): the choice settles as results
+#: accumulate, and a decision stays cheap at hundreds of results.
+REFIT_GROWTH = 1.1
+
+
+def refit_due(n: int, last: int) -> bool:
+    """Whether a Gaussian process of ``n`` results, last fitted at ``last``, chooses its hyperparameters anew."""
+    return n <= REFIT_EVERY_UNTIL or last <= 0 or n >= REFIT_GROWTH * last
+
+
 class HammingGP:
     r"""Gaussian process regression on architectures (value indices per label).
 
@@ -270,7 +283,8 @@ class Surrogate:
 
     Targets are the rewards' normal scores (``rank``) or z-scores. Beyond :attr:`LIMIT`
     results it conditions on the best half and the newest half; λ and σ² are chosen
-    anew up to 200 results, then every 25. In-flight architectures count as observed at
+    anew at every result up to :data:`REFIT_EVERY_UNTIL`, then whenever the results have grown by
+    :data:`REFIT_GROWTH` (:func:`refit_due`). In-flight architectures count as observed at
     their predicted mean (the "kriging believer"): the mean is unchanged and the
     uncertainty near them shrinks, so concurrent proposals spread out.
     """
@@ -283,6 +297,7 @@ class Surrogate:
         self.targets = np.zeros(0)
         self.features = features
         self._centre: tuple[np.ndarray, np.ndarray] | None = None
+        self._fitted_at = 0  # results at the last choice of the hyperparameters
 
     def _h(self, keys: np.ndarray) -> np.ndarray | None:
         """The standardised features of ``keys`` (by the fitted architectures' mean and spread)."""
@@ -313,8 +328,9 @@ class Surrogate:
             std = raw.std(axis=0)
             self._centre = (raw.mean(axis=0), np.where(std > 1e-12, std, np.inf))  # a constant feature drops out
             h = (raw - self._centre[0]) / self._centre[1]
-        if len(keys) <= 200 or len(keys) % 25 == 0:
+        if refit_due(len(keys), self._fitted_at):
             self.gp.fit(x, self.targets, h)  # length scale and noise by marginal likelihood
+            self._fitted_at = len(keys)
         else:
             self.gp.condition(x, self.targets, h)
 

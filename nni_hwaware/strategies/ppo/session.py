@@ -60,6 +60,8 @@ class SearchSession:
         self.proxy: Any = None  # the zero-cost proxy's scores (ProxyScores), when the search uses one
         self.exhausted = False  # every architecture under the budget was proposed
         self.resumed: set[tuple[int, ...]] = set()  # in flight at a resume: NNI never reports their failure
+        #: Of those, the networks measured to fit whose training NNI reruns (not sent again).
+        self.resumed_training: set[tuple[int, ...]] = set()
 
     def start(self, search_space: Mapping[str, Any], initial_state: Mapping[str, Any] | None,
               rerun_in_flight: bool) -> None:
@@ -86,7 +88,8 @@ class SearchSession:
                 self.resumed = set()
             else:  # NNI reruns the trials in flight: the screens and the trainings
                 training = {search.actions_of(a) for a in TrialRecords.training_at_save(initial_state.get("tuner") or {})}
-                self.resumed = set(search._unresolved()) | (training & set(search.cleared))
+                self.resumed_training = training & set(search.cleared)
+                self.resumed = set(search._unresolved()) | self.resumed_training
             _logger.info("resumed the PPO search: %d results, %d architectures in flight",
                          len(self.search.history.order), len(self.search.pending))
         _logger.info("PPO search on chip %s under %s", self.model.chip, self.budget.limits())
@@ -154,7 +157,7 @@ class SearchSession:
         search = self.ready()
         training = {search.actions_of(a) for a in self.records.in_flight.values()}
         for key in search.cleared:
-            if key not in training and key not in self.resumed:
+            if key not in training and key not in self.resumed_training:
                 return search.arch_of(key)
         return None
 
@@ -165,9 +168,7 @@ class SearchSession:
             len(search.history.order) + len(search.cleared)
 
     def _measurement_cap(self) -> int | None:
-        if self.job.search_trials is None or not self.job.screens:
-            return None
-        return int(self.job.ppo.measurements_per_training * self.job.search_trials)
+        return self.job.max_measurements()
 
     def _screen_slots(self) -> int:
         """Candidates the next screening trial may measure: at most ``screen``, no more than the trainings
@@ -263,8 +264,9 @@ class SearchSession:
             self._failure(arch, "no finite result")
         else:
             metrics = on_table_scale(metrics, self._reference_latency())
+            screened = self.ready().actions_of(arch) in self.ready().cleared  # trained on its screen's measurement
             self.ready().tell(arch, metrics)
-            self.records.add_result(arch, metrics)
+            self.records.add_result(arch, {**metrics, **({"screened": True} if screened else {})})
         self._after_event()
         return None
 
@@ -281,6 +283,7 @@ class SearchSession:
         self.records.settle_screen(parameter_id, archs)  # by its architectures (microsoft/nni#5726)
         search = self.ready()
         for arch, item in zip(archs, screened, strict=True):
+            self.resumed.discard(search.actions_of(arch))  # a rerun's result came
             metrics = on_table_scale({k: v for k, v in item.items() if k not in ("arch", "fits", "over")},
                                      self._reference_latency())
             search.tell(arch, {**metrics, NOT_TRAINED: "screening"})
@@ -391,7 +394,8 @@ class SearchSession:
                  "space_args": dict(self.job.space_args)}
         correction = self.search.correction.summary() if self.search and self.search.correction else {}
         paths, warnings = write_retrain_report(self.output_dir / "report", value, self.records.results,
-                                               budget=self.budget.limits(), space=space, correction=correction)
+                                               budget=self.budget.limits(), space=space, correction=correction,
+                                               measurements=self.records.measurements)
         for line in warnings:
             _logger.warning("%s", line)
         _logger.info("report written: %s", ", ".join(str(p) for p in paths.values()))

@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from nni_hwaware.experiment import create_experiment, write_config
-from nni_hwaware.measured import measured_cost
+from nni_hwaware.measured import measured_cost, measured_within
 from nni_hwaware.report.search import best_trial
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,8 @@ def main() -> None:
             seconds = time.perf_counter() - start
             metrics = experiment.final_metrics()
             jobs = experiment.trial_jobs()
-        search = [m for m in metrics if not m.get("retrain")]
+        screens = [m for m in metrics if m.get("screening")]
+        search = [m for m in metrics if not m.get("retrain") and not m.get("screening")]
         final = next((m for m in metrics if m.get("retrain")), {})
         found = json.loads(final["results"])["found"] if final.get("results") else {}
         measured = (found.get("extra") or {}).get("vs_baseline", {})  # timed interleaved; the predicted ratios
@@ -70,6 +71,13 @@ def main() -> None:
         print(json.dumps({
             "status": status, "wall_s": round(seconds, 1), "trials": len(jobs),
             "succeeded": sum(j["status"] == "SUCCEEDED" for j in jobs),
+            # the two resources: trainings, and measurements (by screening trials or a trial's own, first)
+            "trainings": stats.get("trainings"), "measurements": stats.get("measurements"),
+            "measurements_per_training": stats.get("measurements_per_training"),
+            "screening_trials": len(screens), "screened": sum(int(m.get("measured", 0)) for m in screens),
+            "screened_over_budget": stats.get("screened_over_budget"),
+            "trained_over_budget_measured": sum(not measured_within(t, budget) for t in judged
+                                                if not t.get("not_trained")),
             "best_val_top1": best.get("default"), "best_latency_ms": best.get("latency_ms"),
             "best_predicted_latency_ms": best.get("predicted_latency_ms"), "budget": budget, **over,
             "not_trained": sum(bool(t.get("not_trained")) for t in search),

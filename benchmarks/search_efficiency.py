@@ -101,7 +101,8 @@ PEERS = ("random_feasible", "rea_feasible", "local_search")
 TUNING_FAMILIES = ("tabular", "titan_rtx_1")
 #: Ablations and variants of PPO's learning from measured costs (on by default): the options each adds to ``--ppo``.
 ABLATIONS = {"ppo_no_policy": {"explore": 1.0},
-             "ppo_trained_as_proposed": {"measure_first": False},
+             # the accounting and the defaults of the release before measuring first
+             "ppo_trained_as_proposed": {"measure_first": False, "delta": 0.1, "update_every": 1},
              "ppo_trusting": {"correct": False},
              "ppo_no_margin": {"margin": False},
              "ppo_no_risk": {"risk": 1.0},

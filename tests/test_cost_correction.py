@@ -92,7 +92,9 @@ def test_the_margin_covers_fresh_networks_at_one_minus_delta(local: bool) -> Non
 def _run(seed: int, correct: bool, trials: int = 60) -> tuple[PPOSearch, list[bool]]:
     rng = np.random.default_rng(100 + seed)
     limit = 1.3 * predicted((2,) * LABELS)  # on the chip, about the 2/3 quantile of latencies
-    search = PPOSearch(toy_model(), Budget(latency_ms=limit), PPOConfig(seed=seed, correct=correct))
+    # trained as proposed (every proposal is trained, measured or not): the accounting of delta 0.1
+    config = PPOConfig(seed=seed, correct=correct, measure_first=False, delta=0.1, update_every=1)
+    search = PPOSearch(toy_model(), Budget(latency_ms=limit), config)
     over = []
     for _ in range(trials):
         arch = search.ask()

@@ -27,6 +27,9 @@ class PPOStrategy(HPOTunerStrategy):
         if options.get("retrain") is not None:
             raise HwAwareError("retrain is for nnictl experiments (a final trial); from Python, retrain the best "
                                "architecture with nni_hwaware.training.evaluate_architecture")
+        if options.get("screen", 1) != 1:
+            raise HwAwareError("screen is for nnictl experiments (screening trials of several networks); from Python "
+                               "each sample's evaluator measures its network before training it: leave screen at 1")
         super().__init__(PPOTuner(space, table, **options))
         self.tuner.rerun_in_flight = False  # NasExperiment.resume() does not rerun unfinished models
 

@@ -30,16 +30,22 @@ def test_main_job_config_runs_to_the_report(tmp_path: Path) -> None:
 
     assert check_config(ROOT / "config.yml")  # the shipped file passes its own check
     template = _absolute(yaml.safe_load((ROOT / "config.yml").read_text()), ROOT)
-    template["maxTrialNumber"] = 5
     template["tuner"]["classArgs"].update(search_trials=4, train={"epochs": 1, "threads": 1},
                                           retrain={"epochs": 1, "threads": 1}, profile_seconds=5)
+    from nni_hwaware.strategies.job import SearchJob
+
+    # the trainings, the screening trials (at most one a measurement) and the retraining: check-config's figure
+    template["maxTrialNumber"] = SearchJob.from_dict(template["tuner"]["classArgs"]).max_trials()
     config = write_config(template, tmp_path / "config.yml", tmp_path / "nni-experiments")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     with create_experiment(config, env=env) as experiment:
         assert experiment.wait(timeout=600) == "DONE", experiment.describe()
         metrics = experiment.final_metrics()
         report = experiment.experiment_dir / "hwaware" / "report"
-    search = [m for m in metrics if not m.get("retrain")]
+    # screening trials measured the candidates; only those measured to fit were trained (four trainings)
+    screens = [m for m in metrics if m.get("screening")]
+    assert screens and all(m["measured"] >= 1 and m["default"] == 0 for m in screens)
+    search = [m for m in metrics if not m.get("retrain") and not m.get("screening")]
     assert len(search) == 4 and all({"latency_ms", "memory_mb", "flops", "params", "arch"} <= set(m) for m in search)
     final = [m for m in metrics if m.get("retrain")]
     assert len(final) == 1 and 0 < final[0]["latency_ratio"] and 0 < final[0]["memory_ratio"]

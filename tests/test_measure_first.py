@@ -155,6 +155,7 @@ PREPARED: list[tuple[int, str]] = []
 
 
 def test_a_trial_measures_on_the_tables_backend_and_batch_size() -> None:
+    from nni_hwaware.profiling import backends
     from nni_hwaware.profiling.backends import TorchBackend, register_backend
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.trial.run import measured_costs, screening_metrics
@@ -165,6 +166,13 @@ def test_a_trial_measures_on_the_tables_backend_and_batch_size() -> None:
             PREPARED.append((int(example.shape[0]), device))
             return super().prepare(module, example, device)
 
+    try:
+        _measure_on_the_counting_backend(resolve_space, measured_costs, screening_metrics)
+    finally:
+        backends._BACKENDS.pop("test-counting", None)  # other tests list the registered backends
+
+
+def _measure_on_the_counting_backend(resolve_space: Any, measured_costs: Any, screening_metrics: Any) -> None:
     named = resolve_space("digits_tiny")
     arch = {"layer1_0": "skip", "layer2_0": "skip", "layer3_0": "skip", "layer4_0": "skip"}
     reference = {label: "basic" for label in arch}

@@ -75,6 +75,14 @@ ways. Each fix here has a test in ``tests/test_nni_fixes.py`` that fails without
     under way while a trial end settles a failure, the all-failed check read on one
     thread and the retraining request on the other). :func:`serialized_tuner` makes
     every call NNI makes of a tuner class hold one lock of its instance.
+14. NNI 3.0's manager ends an experiment (DONE) only when ``maxTrialNumber`` trials were
+    submitted or ``maxExperimentDuration`` passed (``NNIManager.run``): a tuner that
+    has no more trials (``TUNER_NO_MORE_TRIAL``) leaves it waiting until the duration.
+    A search whose screened networks do not all fit uses fewer trials than the most it
+    could need. :func:`end_experiment_when_done` sets the experiment's
+    ``maxTrialNumber`` to the trials submitted, through the manager's REST API on
+    localhost (as ``nnictl update trialnum`` does), so the manager ends it as DONE once
+    they finish.
 """
 
 from __future__ import annotations
@@ -94,6 +102,7 @@ __all__ = [
     "check_environment",
     "check_pkg_resources",
     "check_versions",
+    "end_experiment_when_done",
     "fix_no_more_trial_packing",
     "forward_masks",
     "import_nni_nas",
@@ -459,3 +468,42 @@ def serialized_tuner(cls: type) -> type:
 
         setattr(cls, name, locked)
     return cls
+
+
+# -- 14. the experiment ends when the tuner is done -----------------------------------------
+
+
+def manager_url(channel: str | None = None) -> str | None:
+    """The REST API of the manager that started this dispatcher (from ``NNI_TUNER_COMMAND_CHANNEL``,
+    ``ws://localhost:PORT[/PREFIX]/tuner``); None outside NNI's dispatcher."""
+    import os
+    import re
+
+    channel = os.environ.get("NNI_TUNER_COMMAND_CHANNEL") if channel is None else channel
+    found = re.fullmatch(r"ws://localhost:(\d+)(/.*)?/tuner", channel or "")
+    if found is None:
+        return None
+    # 127.0.0.1, not localhost: the manager may listen on IPv4 loopback alone (nni-hwaware create)
+    return f"http://127.0.0.1:{found.group(1)}{found.group(2) or ''}/api/v1/nni"
+
+
+def end_experiment_when_done(url: str | None = None, timeout: float = 10.0) -> bool:
+    """Set the experiment's ``maxTrialNumber`` to the trials submitted so far (fix 14), so that NNI's manager
+    ends it as DONE once they finish; False outside NNI or when the manager did not answer."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    url = manager_url() if url is None else url
+    if url is None:
+        return False
+    try:
+        with urllib.request.urlopen(f"{url}/experiment", timeout=timeout) as response:
+            profile = json.loads(response.read())
+        profile["params"]["maxTrialNumber"] = int(profile["nextSequenceId"])
+        request = urllib.request.Request(f"{url}/experiment?update_type=MAX_TRIAL_NUM", method="PUT",
+                                         data=json.dumps(profile).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout):
+            return True
+    except (urllib.error.URLError, OSError, KeyError, ValueError, TypeError):
+        return False

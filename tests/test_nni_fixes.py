@@ -383,3 +383,52 @@ def test_fix_13_nni_calls_the_tuner_from_two_threads_and_the_tuner_takes_them_on
     result.join(10)
     assert alive and order == ["end", "result"]
     assert tuner.search.history.rewards  # the result was learned once the end was settled
+
+
+def test_fix_14_nni_waits_for_the_duration_when_the_tuner_is_done_early_and_the_fix_ends_it() -> None:
+    """NNI 3.0's manager sets DONE only at maxTrialNumber or maxExperimentDuration (nnimanager.js: run);
+    the fix sets maxTrialNumber to the trials submitted through the manager's REST API, as nnictl does."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from pathlib import Path
+
+    import nni_node
+
+    from nni_hwaware.nni_fixes import end_experiment_when_done, manager_url
+
+    manager = (Path(nni_node.__file__).parent / "core" / "nnimanager.js").read_text()
+    # the loop: DONE only under these two conditions; TUNER_NO_MORE_TRIAL alone keeps it running
+    assert "this.currSubmittedTrialNum >= this.maxTrialNum" in manager and "case 'MAX_TRIAL_NUM':" in manager
+
+    assert manager_url("ws://localhost:8080/tuner") == "http://127.0.0.1:8080/api/v1/nni"
+    assert manager_url("ws://localhost:8080/prefix/tuner") == "http://127.0.0.1:8080/prefix/api/v1/nni"
+    assert manager_url("") is None
+
+    seen: dict[str, object] = {}
+
+    class Manager(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the experiment profile
+            body = json.dumps({"id": "x", "nextSequenceId": 7, "params": {"maxTrialNumber": 61}}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_PUT(self) -> None:
+            seen["query"] = self.path.split("?", 1)[1]
+            seen["body"] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Manager)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert end_experiment_when_done(url=f"http://127.0.0.1:{server.server_port}/api/v1/nni")
+    finally:
+        server.shutdown()
+    assert seen["query"] == "update_type=MAX_TRIAL_NUM" and seen["body"]["params"]["maxTrialNumber"] == 7
+    assert not end_experiment_when_done(url="http://127.0.0.1:9/api/v1/nni", timeout=1)  # no manager: False

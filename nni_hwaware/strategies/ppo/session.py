@@ -399,6 +399,10 @@ class SearchSession:
         for line in warnings:
             _logger.warning("%s", line)
         _logger.info("report written: %s", ", ".join(str(p) for p in paths.values()))
+        from nni_hwaware.nni_fixes import end_experiment_when_done
+
+        if end_experiment_when_done():  # NNI fix 14: fewer trials than maxTrialNumber were needed
+            _logger.info("every trial is sent: the experiment ends when they finish")
 
     def _save_state(self) -> None:
         if self.job.state_file and self.search is not None:

@@ -45,18 +45,20 @@ def test_strategy_under_nas_experiment(table: Path, tmp_path: Path) -> None:
     finally:
         experiment.stop()
     search = strategy.tuner.search
-    assert len(search.history.order) == 4
+    # four results: trainings, and networks measured over the budget first (a measurement, not a training)
+    assert len(search.history.order) + len(search.history.screened) == 4 == search.measurements
+    assert search.trainings == len(search.history.order)
     for record in strategy.tuner.records.results:  # the predicted costs are the table's, sent with the sample
         assert record["predicted_latency_ms"] == pytest.approx(strategy.tuner.model.predict(record["arch"]).latency_ms)
         assert record["latency_ms"] > 0 and record["latency_ms"] != record["predicted_latency_ms"]  # measured here
         assert record["latency_ratio"] > 0  # against the space's reference network, in the same rounds
-    for key, reward in search.history.rewards.items():
+    for key, reward in {**search.history.rewards, **search.history.screened}.items():
         # its accuracy, or the failure reward where it measured over the budget (at 100 % of the
         # reference, a network timed a little slower than the table says is over)
         assert 0.0 < reward <= 1.0 if search.measured_within(key) else reward == search.config.failure_reward
     assert any(reward > 0.0 for reward in search.history.rewards.values())
     state = strategy.state_dict()
-    assert len(state["ppo"]["history"]) == 4
+    assert len(state["ppo"]["history"]) + len(state["ppo"]["screened"]) == 4
     assert "PPOStrategy(space='digits_tiny'" in repr(strategy)
 
     resumed = PPOStrategy("digits_tiny", str(table), budget={"latency_ms": "100%"},
@@ -100,7 +102,7 @@ def test_tuner_under_nnictl_with_concurrency_2(table: Path, tmp_path: Path) -> N
     assert all(m["default"] == 0.0 for m in metrics if m.get("not_trained"))
     import torch
 
-    saved = torch.load(state, weights_only=True)
-    assert sorted(tuple(k) for k, _ in saved["history"]) == sorted(
+    saved = torch.load(state, weights_only=True)  # the trainings and the networks measured over the budget
+    assert sorted(tuple(k) for k, _ in [*saved["history"], *saved["screened"]]) == sorted(
         tuple(config.layer_specs()[i].candidates.index(a[s.label]) for i, s in enumerate(config.layer_specs()))
         for a in archs)

@@ -93,15 +93,20 @@ class TrialRecords:
 
     def dead_screens(self) -> list[dict[str, Any]]:
         """The candidates of screening trials now certain to have ended without a result; removed."""
-        if not self.screening or not self.sent <= self.ended.keys():
-            return []
-        now = time.monotonic()
-        if any(success and now - since < RESULT_GRACE_S for pid, (since, success) in self.ended.items()
-               if pid in self.screening):
+        if not self._certainly_ended(self.screening):
             return []
         dead = [a for archs in self.screening.values() for a in archs]
         self.screening.clear()
         return dead
+
+    def _certainly_ended(self, waiting: Mapping[int, Any]) -> bool:
+        """Whether the trials of ``waiting`` ended without a result for sure: every trial sent has ended
+        and none of theirs ended well lately (its result may still be on the way)."""
+        if not waiting or not self.sent <= self.ended.keys():
+            return False
+        now = time.monotonic()
+        return not any(success and now - since < RESULT_GRACE_S for pid, (since, success) in self.ended.items()
+                       if pid in waiting)
 
     def send(self, parameter_id: int, arch: dict[str, Any]) -> None:
         self.in_flight[parameter_id] = arch
@@ -143,11 +148,7 @@ class TrialRecords:
 
     def dead(self) -> list[dict[str, Any]]:
         """The search trials now certain to have ended without a result (module docstring); removed."""
-        if not self.in_flight or not self.sent <= self.ended.keys():
-            return []
-        now = time.monotonic()
-        if any(success and now - since < RESULT_GRACE_S for pid, (since, success) in self.ended.items()
-               if pid in self.in_flight):
+        if not self._certainly_ended(self.in_flight):
             return []
         dead = list(self.in_flight.values())
         self.in_flight.clear()

@@ -33,7 +33,17 @@ architecture, its cost counted in the decision time, also where a result or a re
 With ``correct`` (the default) the table is a prior: the costs each result measured fit a
 correction (:mod:`~nni_hwaware.strategies.correction`), a draw must fit the budget by its
 corrected prediction times a margin, and each proposal's probability of measuring over the
-budget is spent from an allowance of ``risk`` of the proposals so far (:meth:`PPOSearch.risk_allowance`).
+budget is spent from an allowance (:meth:`PPOSearch.risk_allowance`). All of it is one object's,
+:class:`~nni_hwaware.strategies.feasibility.Feasibility`.
+
+Two resources: measurements and trainings. Measured first (``measure_first``, the default), a
+network is measured on the chip before it is trained, and a result that only measured its network
+(``not_trained``, or no ``default``) costs a measurement: measured over the budget, the network is a
+failure to the policy and never proposed again; measured to fit, it waits for its training
+(:attr:`PPOSearch.cleared`). The allowance is then ``1 - 1 / measurements_per_training`` of the
+proposals, so the search goes to the budget's edge; :attr:`PPOSearch.trainings` and
+:attr:`PPOSearch.measurements` count the two. With a ``measure`` callback, :meth:`PPOSearch.ask`
+measures its proposals itself and returns only networks measured to fit.
 """
 
 from __future__ import annotations

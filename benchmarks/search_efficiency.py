@@ -14,28 +14,26 @@ Suites (``--suites``; names match by prefix):
   profiling each operation on the device). Runs of 100 trials.
 
 Every strategy is driven through NNI's Tuner interface (``update_search_space`` /
-``generate_parameters`` / ``receive_trial_result``) and a trial is a table
-look-up that reports the accuracy and the **measured** latency, as a trial on the
-device would. Feasible means under the budget **as measured** (``--judge measured``,
-the default): a trial over it is reported as a failure (accuracy 0), as the search's own
-trials report a network they measure over the budget before training it, and regret is
-against the best network that fits as measured. ``--judge model`` judges by the cost
-model the search masks with instead (the figures before the search learned from
-measurements). Either way each run also gives the other judgment's regrets
-(``model_regret_at_*`` / ``regret_at_*``) and both over-budget counts.
-``random_feasible`` is uniform over the untried architectures feasible by the model:
-what budget masking alone gives. ``ppo`` is
+``generate_parameters`` / ``receive_trial_result``) and a trial is a table look-up that reports the
+accuracy and the **measured** latency, as a trial on the device would. **Every strategy measures
+first** (:func:`run`): a proposal is measured, and one over the budget as measured is not trained:
+the tuner gets what a search trial then reports (``default`` 0, the latency, ``not_trained``) and the
+run counts a measurement, not a training. A run ends at 100 trainings or
+:data:`MEASUREMENTS_PER_TRAINING` times that many measurements; regret is at 25 / 50 / 100
+trainings, against the best network that fits as measured (``--judge model``: as the cost model
+says; each run also gives the other judgment's regrets). The peers search over the same mask
+(:mod:`peers`): ``random_feasible`` (uniform over the untried mask-feasible architectures),
+``rea_feasible`` (regularized evolution) and ``local_search`` (White et al. 2021). ``ppo`` is
 :class:`~nni_hwaware.strategies.ppo.tuner.PPOTuner` on the tabular suite and
-:class:`~nni_hwaware.strategies.ppo.core.PPOSearch` behind the same Tuner calls on
-NB201, both with :class:`PPOConfig`'s defaults plus ``--ppo`` (learning from the measured
-costs); the ablations run the same core: ``ppo_trusting`` (no correction: the table is
-trusted), ``ppo_no_margin`` (corrected, no margin), ``ppo_no_risk`` (no risk allowance),
-``ppo_conformal`` (one conformal margin for every network instead of the GP's),
-``ppo_no_risk_floor`` (each candidate's chance of measuring over the GP's alone, not at least
-what the table's errors as a whole give it) and ``ppo_synflow`` (one zero-cost proxy, SynFlow,
-instead of SynFlow and NASWOT).
-NNI's own RL searchers (``policy_based_rl``, ``nni_ppo``) run where their extra
-packages are installed (see :mod:`rl_peers`), else the output says ``skipped``.
+:class:`~nni_hwaware.strategies.ppo.core.PPOSearch` behind the same Tuner calls on NB201, both with
+:class:`PPOConfig`'s defaults plus ``--ppo``; the ablations run the same core: ``ppo_no_policy``
+(the same screening, uniform draws in place of the policy's), ``ppo_trained_as_proposed`` (the
+accounting and defaults of the release before: every proposal trained), ``ppo_trusting`` (no
+correction), ``ppo_no_margin``, ``ppo_no_risk``, ``ppo_conformal``, ``ppo_no_risk_floor`` and
+``ppo_synflow``. NNI's own tuners (``random``, ``tpe``, ``regularized_evolution`` over the whole
+space) and RL searchers (``policy_based_rl``, ``nni_ppo``, where their extra packages are installed,
+:mod:`rl_peers`; ``policy_based_rl`` runs its own loop, not measured first) run too.
+The tuning split is declared in :data:`TUNING_FAMILIES`: defaults are chosen on it only.
 
 Per suite and strategy, over ``--seeds`` seeds: median trials until the best
 feasible architecture is trained (censored at ``max_trials + 1``), mean regret
@@ -46,8 +44,11 @@ runs whether the best they report (``PPOSearch.best``) is over budget as measure
 Per suite, ``delta_oracle_regret`` is what holding PPO's ``delta`` leaves reachable: the
 regret of a search that knows every accuracy and proposes only networks that fit with
 probability at least ``1 - delta`` under the table's errors (:func:`delta_oracle_regret`).
-The last line is one JSON object, with ``over_budget_measured_share`` (PPO's
-proposals over the measured budget, of all its proposals),
+The last line is one JSON object, with ``trainings``, ``measurements``, ``measurements_per_training``,
+``family_ratios`` (family -> PPO's regret over random's, geometric mean), ``families_vs_peers`` (the
+same against each peer, with the suites PPO is strictly below), ``regret100_ratio_vs_rea`` and
+``regret100_ratio_vs_no_policy``, ``over_budget_measured_share`` (PPO's trainings over the measured
+budget, of all its trainings),
 ``best_over_budget_measured_runs``, and the delta-oracle's regret against random's and PPO's
 against the oracle's (geometric means). ``mask_over_budget_measured_share`` and
 ``accurate_over_budget_measured_share`` say how often the mask-feasible networks, all of them

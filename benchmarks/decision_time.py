@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import nni
 import numpy as np
 import yaml
 
@@ -63,13 +64,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         limits = search.budget.limits()
         errors: dict[tuple[int, ...], float] = {}
         times: list[tuple[int, float]] = []
-        parameter_id = 0
+        parameter_id, stopped = 0, None
         while search.trainings < args.trainings:
             start = time.perf_counter()
             try:
                 params = tuner.generate_parameters(parameter_id)
-            except Exception as err:  # noqa: BLE001  (the space is exhausted: say so in the figures)
-                print(f"stopped at {search.trainings} trainings: {err}", file=sys.stderr)
+            except nni.NoMoreTrialError as err:  # every network that fits is tried: say so in the figures
+                stopped = f"at {search.trainings} trainings: {err}"
+                print(f"stopped {stopped}", file=sys.stderr)
                 break
             arch = {k: v for k, v in params.items() if not k.startswith("_")}
             key = search.actions_of(arch)
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             parameter_id += 1
         proxy = session.proxy
         out = {
+            "stopped": stopped,
             "trainings": search.trainings, "measurements": search.measurements,
             "decision_ms_at_100": _quartiles([ms for t, ms in times if t <= 100]),
             "decision_ms_at_300": _quartiles([ms for t, ms in times if 200 < t <= 300]),

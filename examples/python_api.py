@@ -42,12 +42,14 @@ def run_ppo(table: Path, workdir: Path, trials: int, epochs: int) -> dict[str, o
     finally:
         experiment.stop()
     search = strategy.tuner.search
+    # each trial measured its network first: trained if it fit, else it cost a measurement, not a training
+    over = search.measured_over_budget() + len(search.history.screened)
     best = search.best()  # None when every trial was measured over the budget
     if best is None:
-        print(f"no trial was measured within the budget ({search.measured_over_budget()} measured over it)")
+        print(f"no trial was measured within the budget ({over} measured over it)")
     arch, accuracy = best if best is not None else (None, None)
-    return {"best_arch": arch, "best_val_top1": accuracy, "trials": len(search.history.order),
-            "measured_over_budget": search.measured_over_budget()}
+    return {"best_arch": arch, "best_val_top1": accuracy, "trials": search.trainings + len(search.history.screened),
+            "trainings": search.trainings, "measured_over_budget": over}
 
 
 def run_gumbel(table: Path, workdir: Path, quick: bool) -> dict[str, object]:

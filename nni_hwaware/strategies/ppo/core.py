@@ -205,13 +205,13 @@ class PPOSearch:
         """Each architecture's probability of measuring over some corrected limit (0 without a correction)."""
         return self.feasibility.over_probability(keys)
 
-    def _unresolved(self) -> list[tuple[int, ...]]:
+    def unresolved(self) -> list[tuple[int, ...]]:
         """Proposals in flight whose measurement has not come back."""
         return [k for k in self.pending if k not in self.cleared]
 
     def risk_allowance(self) -> float:
         """What the next proposal may risk (:meth:`Feasibility.allowance`)."""
-        return self.feasibility.allowance(self._unresolved())
+        return self.feasibility.allowance(self.unresolved())
 
     def measured_within(self, key: tuple[int, ...]) -> bool:
         """Whether what was measured of ``key`` (if anything) fits the budget."""
@@ -347,7 +347,7 @@ class PPOSearch:
                         scores = np.concatenate(
                             [scores, self.surrogate.acquisition(np.asarray(local), list(self.pending))])
                 risk = self.over_probability(keys)
-                allowed = self.feasibility.allowed(risk, self._unresolved())
+                allowed = self.feasibility.allowed(risk, self.unresolved())
                 if scores is not None:
                     value = scores * (1.0 - risk if self.config.weigh_feasibility else 1.0)
                     best = int(np.argmax(np.where(allowed, value, -np.inf)))

@@ -83,13 +83,13 @@ class SearchSession:
             self.records.load(initial_state.get("tuner") or {})
             search = self.search
             if not rerun_in_flight:  # nobody reruns them: propose them again (those measured to fit: train them)
-                for key in search._unresolved():
+                for key in search.unresolved():
                     del search.pending[key]
                 self.resumed = set()
             else:  # NNI reruns the trials in flight: the screens and the trainings
                 training = {search.actions_of(a) for a in TrialRecords.training_at_save(initial_state.get("tuner") or {})}
                 self.resumed_training = training & set(search.cleared)
-                self.resumed = set(search._unresolved()) | self.resumed_training
+                self.resumed = set(search.unresolved()) | self.resumed_training
             _logger.info("resumed the PPO search: %d results, %d architectures in flight",
                          len(self.search.history.order), len(self.search.pending))
         _logger.info("PPO search on chip %s under %s", self.model.chip, self.budget.limits())
@@ -167,17 +167,14 @@ class SearchSession:
         return len(search.history.order) + len(search.pending) if not self.job.screens else \
             len(search.history.order) + len(search.cleared)
 
-    def _measurement_cap(self) -> int | None:
-        return self.job.max_measurements()
-
     def _screen_slots(self) -> int:
         """Candidates the next screening trial may measure: at most ``screen``, no more than the trainings
         left (each candidate in a screen may become one) nor the measurements left."""
         slots = self.job.screen
-        unresolved = len(self.ready()._unresolved())
+        unresolved = len(self.ready().unresolved())
         if self.job.search_trials is not None:
             slots = min(slots, self.job.search_trials - self._trainings_committed() - unresolved)
-        if (cap := self._measurement_cap()) is not None:
+        if (cap := self.job.max_measurements()) is not None:
             slots = min(slots, cap - self.ready().measurements - unresolved)
         return max(0, slots)
 
@@ -188,11 +185,11 @@ class SearchSession:
             return False
         if self._trainings_committed() >= self.job.search_trials:
             return True
-        cap = self._measurement_cap()
+        cap = self.job.max_measurements()
         return cap is not None and self.ready().measurements >= cap
 
     def _done_why(self) -> str:
-        cap = self._measurement_cap()
+        cap = self.job.max_measurements()
         if cap is not None and self.ready().measurements >= cap and self._trainings_committed() < (self.job.search_trials or 0):
             return f"the search made its {cap} measurements ({self.job.ppo.measurements_per_training} a training)"
         return f"the search made its {self.job.search_trials} trainings"

@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from nni_hwaware.experiment import create_experiment, write_config
-from nni_hwaware.measured import measured_cost, measured_within
+from nni_hwaware.measurement import measured_cost, measured_within
 from nni_hwaware.report.search import best_trial
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ says; each run also gives the other judgment's regrets). The peers search over t
 (:mod:`peers`): ``random_feasible`` (uniform over the untried mask-feasible architectures),
 ``rea_feasible`` (regularized evolution) and ``local_search`` (White et al. 2021). ``ppo`` is
 :class:`~nni_hwaware.strategies.ppo.tuner.PPOTuner` on the tabular suite and
-:class:`~nni_hwaware.strategies.ppo.core.PPOSearch` behind the same Tuner calls on NB201, both with
+:class:`~nni_hwaware.strategies.ppo.search.PPOSearch` behind the same Tuner calls on NB201, both with
 :class:`PPOConfig`'s defaults plus ``--ppo``; the ablations run the same core: ``ppo_no_policy``
 (the same screening, uniform draws in place of the policy's), ``ppo_trained_as_proposed`` (the
 accounting and defaults of the release before: every proposal trained), ``ppo_trusting`` (no
@@ -188,7 +188,7 @@ class CoreTuner(Tuner):
     """:class:`PPOSearch` behind NNI's Tuner calls (what PPOTuner does, without its files)."""
 
     def __init__(self, suite: Suite, ppo: dict[str, Any]) -> None:
-        from nni_hwaware.strategies.ppo.core import PPOSearch
+        from nni_hwaware.strategies.ppo.search import PPOSearch
 
         config = PPOConfig.from_dict(ppo)
         proxy = partial(proxy_lookup, suite, proxy=config.proxy) if suite.kind == "nb201" else None

@@ -9,7 +9,7 @@ import pytest
 
 from nni_hwaware.cost_model import CostFactor, SpaceCostModel
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.measured import RATIO_LATENCY, on_table_scale
+from nni_hwaware.measurement import RATIO_LATENCY, on_table_scale
 from nni_hwaware.strategies.budget import Budget
 from nni_hwaware.strategies.correction import CostCorrection, resolution_of
 from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
@@ -195,7 +195,7 @@ def test_a_risk_outside_0_to_1_is_a_one_line_error(risk: float) -> None:
 
 
 def test_the_retraining_trial_picks_the_best_network_measured_within_the_budget() -> None:
-    from nni_hwaware.measured import measured_within
+    from nni_hwaware.measurement import measured_within
     from nni_hwaware.report.search import _calibration, best_trial
 
     trials = [{"arch": {"l0": "v3"}, "default": 0.95, "latency_ms": 5.5, "predicted_latency_ms": 4.0},
@@ -215,7 +215,7 @@ def test_the_retraining_trial_judges_the_budget_on_the_tables_scale_as_the_searc
     """A busy machine times every network slow; the search judges a result by its ratio to the reference
     times the table's reference latency, and the retraining trial must pick by the same judgement
     from the history it is sent, not by the raw milliseconds."""
-    from nni_hwaware.measured import measured_within
+    from nni_hwaware.measurement import measured_within
     from nni_hwaware.report.search import best_trial
     from nni_hwaware.strategies.ppo.records import TrialRecords
 
@@ -307,7 +307,7 @@ def test_the_risk_floor_gives_a_network_beside_measured_ones_at_least_the_errors
 def test_a_busy_machine_does_not_put_a_network_over_budget_when_its_ratio_to_the_reference_fits() -> None:
     """A trial timed while its machine ran 2x slow: its ms are over the budget, its ratio to the
     reference (timed in the same rounds) is not; on the table's scale the network fits."""
-    from nni_hwaware.measured import measured_costs
+    from nni_hwaware.measurement import measured_costs
 
     reference_ms = 8.9  # the table's latency of the reference (every label at v3)
     slow = {"default": 0.9, "latency_ms": 2 * 4.45, "latency_ratio": 0.5, "memory_mb": 1.5}

@@ -20,7 +20,7 @@ from handmade import tiny_config, tiny_table
 from pytorch_lightning import Callback
 
 from nni_hwaware import cli
-from nni_hwaware.cost_table import CostModel
+from nni_hwaware.cost_model import BlockCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.gumbel import GumbelSearchConfig, search
 from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
@@ -62,7 +62,7 @@ def _parse(message: str) -> re.Match[str]:
 
 def _search(tmp_path: Path, callbacks: list[Any], **changes: Any) -> Any:
     config = GumbelSearchConfig.from_dict(_search_options(tmp_path)).replace(**changes)
-    return search(config, tiny_config(), CostModel(tiny_table(), tiny_config()), tmp_path / "run",
+    return search(config, tiny_config(), BlockCostModel(tiny_table(), tiny_config()), tmp_path / "run",
                   report=lambda record: None, callbacks=callbacks)
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from handmade import tiny_config, tiny_table
 
-from nni_hwaware.cost_table import CostModel
+from nni_hwaware.cost_model import BlockCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.gumbel import HardwarePenalty, PenaltyConfig
 
@@ -17,8 +17,8 @@ FIXED_LAT = 0.5 + 0.25
 FIXED_PARAM, FIXED_ACT = 0.01 + 0.02, 0.2
 
 
-def _model() -> CostModel:
-    return CostModel(tiny_table(), tiny_config())
+def _model() -> BlockCostModel:
+    return BlockCostModel(tiny_table(), tiny_config())
 
 
 def _one_hot(j: int, k: int = 3) -> torch.Tensor:
@@ -109,7 +109,7 @@ def test_bad_penalty_values_are_clear_errors(field: str, value: float) -> None:
 
 def test_a_table_without_the_chip_names_the_chips_it_has() -> None:
     with pytest.raises(HwAwareError, match=r"chip='chipB'.*'chipA'"):
-        CostModel(tiny_table("chipA"), tiny_config(), chip="chipB")
+        BlockCostModel(tiny_table("chipA"), tiny_config(), chip="chipB")
 
 
 def test_masks_must_match_the_layers() -> None:

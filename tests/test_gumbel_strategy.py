@@ -13,7 +13,7 @@ import torch
 from handmade import tiny_config, tiny_table
 from pytorch_lightning import Callback
 
-from nni_hwaware.cost_table import CostModel
+from nni_hwaware.cost_model import BlockCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.experiment import free_port
 from nni_hwaware.nni_fixes import forward_masks
@@ -45,7 +45,7 @@ def _search(tmp_path: Path, name: str = "run", **changes: Any) -> Any:
     records: list[dict[str, Any]] = []
     callbacks = changes.pop("callbacks", ())
     config = _config(tmp_path, **changes)
-    outcome = search(config, tiny_config(), CostModel(tiny_table(), tiny_config()), tmp_path / name,
+    outcome = search(config, tiny_config(), BlockCostModel(tiny_table(), tiny_config()), tmp_path / name,
                      report=records.append, callbacks=callbacks)
     return outcome, records
 
@@ -74,7 +74,7 @@ def test_penalty_moves_the_architecture_to_cheaper_blocks_and_zero_alpha_does_no
 
 def test_the_penalty_gradient_reaches_the_architecture_parameters() -> None:
     config = tiny_config()
-    model = CostModel(tiny_table(), config)
+    model = BlockCostModel(tiny_table(), config)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         space = BlockChoiceSpace(config.to_dict())
@@ -192,7 +192,7 @@ def test_hard_mode_runs_only_the_sampled_block_soft_mode_runs_all() -> None:
         with torch.random.fork_rng():
             torch.manual_seed(0)
             space = BlockChoiceSpace(config.to_dict())
-        strategy = HardwareGumbelDARTS(CostModel(tiny_table(), config), temperature={"hard": hard})
+        strategy = HardwareGumbelDARTS(BlockCostModel(tiny_table(), config), temperature={"hard": hard})
         supernet = strategy.mutate_model(space).train()
         calls: dict[str, int] = {}
 
@@ -216,7 +216,7 @@ def test_hard_mode_runs_only_the_sampled_block_soft_mode_runs_all() -> None:
 
 def test_export_probs_is_the_softmax_without_a_new_gumbel_sample() -> None:
     config = tiny_config()
-    strategy = HardwareGumbelDARTS(CostModel(tiny_table(), config))
+    strategy = HardwareGumbelDARTS(BlockCostModel(tiny_table(), config))
     supernet = strategy.mutate_model(BlockChoiceSpace(config.to_dict()))
     layer = next(m for m in supernet.modules() if isinstance(m, GumbelMixedLayer))
     with torch.no_grad():
@@ -243,7 +243,7 @@ def test_nas_experiment_runs_the_strategy(tmp_path: Path, monkeypatch: pytest.Mo
         num_classes=10, learning_rate=0.01, max_epochs=2, accelerator="cpu", logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
     records: list[dict[str, Any]] = []
-    strategy = HardwareGumbelDARTS(CostModel(tiny_table(), config), penalty={"alpha": 20.0, "gamma": 0.0},
+    strategy = HardwareGumbelDARTS(BlockCostModel(tiny_table(), config), penalty={"alpha": 20.0, "gamma": 0.0},
                                    staging={"order": ["all"], "max_epochs": 2, "min_epochs": 2},
                                    arc_learning_rate=0.1, report=records.append)
     experiment = NasExperiment(BlockChoiceSpace(config.to_dict()), evaluator, strategy)
@@ -286,7 +286,7 @@ def test_soft_mode_min_weight_skips_light_blocks_in_the_forward_pass_and_the_pen
     with torch.random.fork_rng():
         torch.manual_seed(0)
         space = BlockChoiceSpace(config.to_dict())
-    strategy = HardwareGumbelDARTS(CostModel(tiny_table(), config),
+    strategy = HardwareGumbelDARTS(BlockCostModel(tiny_table(), config),
                                    temperature={"hard": False, "init": 1.0, "min_weight": 0.2})
     supernet = strategy.mutate_model(space).train()
     ran: list[str] = []

@@ -15,7 +15,7 @@ import pytest
 import torch
 from handmade import tiny_config, tiny_table
 
-from nni_hwaware.cost_table import CostModel
+from nni_hwaware.cost_model import BlockCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.budget import Budget, BudgetMask
 from nni_hwaware.strategies.gumbel import HardwarePenalty, PenaltyConfig
@@ -24,8 +24,8 @@ from nni_hwaware.strategies.gumbel.strategy import fitting_architecture
 ACCURACY = torch.tensor([0.0, 0.6, 1.0])  # skip, basic, bottleneck: the dearer, the more accurate
 
 
-def _model() -> CostModel:
-    return CostModel(tiny_table(), tiny_config())
+def _model() -> BlockCostModel:
+    return BlockCostModel(tiny_table(), tiny_config())
 
 
 def _descend(penalty: HardwarePenalty, seed: int, steps: int = 1500) -> list[float]:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from nni_hwaware.cost_model import CostFactor, SpaceCostModel
-from nni_hwaware.measured import Measurement, on_table_scale
+from nni_hwaware.measurement import Measurement, on_table_scale
 from nni_hwaware.strategies.budget import Budget
 from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
 from nni_hwaware.trial.parameters import Measuring, TrialParameters

@@ -109,10 +109,10 @@ def test_nni_gumbel_penalty_has_no_gradient_and_resamples_so_fix_4_is_needed() -
     from nni.nas.oneshot.pytorch.profiler import ExpectationProfilerPenalty
     from nni.nas.oneshot.pytorch.strategy import GumbelDARTS
 
-    from nni_hwaware.cost_table import CostModel
+    from nni_hwaware.cost_model import BlockCostModel
 
     _, supernet = _tiny_supernet(GumbelDARTS)
-    model = CostModel(tiny_table(), tiny_config())
+    model = BlockCostModel(tiny_table(), tiny_config())
     penalty = ExpectationProfilerPenalty(model.expression_profiler(supernet, "latency_ms"), baseline=1.0, scale=1000.0)
 
     class Probe(BaseOneShotLightningModule):
@@ -133,10 +133,10 @@ def test_fix_4_forward_masks_carry_the_penalty_gradient() -> None:
     import torch
     from handmade import tiny_config, tiny_table
 
-    from nni_hwaware.cost_table import CostModel
+    from nni_hwaware.cost_model import BlockCostModel
     from nni_hwaware.strategies.gumbel import HardwareGumbelDARTS
 
-    model = CostModel(tiny_table(), tiny_config())
+    model = BlockCostModel(tiny_table(), tiny_config())
     strategy, supernet = _tiny_supernet(HardwareGumbelDARTS, cost_model=model, penalty={"alpha": 1000.0})
     supernet(torch.randn(2, 1, 8, 8))
     masks = nni_fixes.forward_masks(supernet)

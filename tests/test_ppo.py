@@ -10,8 +10,7 @@ import pytest
 import torch
 from handmade import tiny_config, tiny_table
 
-from nni_hwaware.cost_model import CostFactor, SpaceCostModel
-from nni_hwaware.cost_table import CostModel
+from nni_hwaware.cost_model import BlockCostModel, CostFactor, SpaceCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.spaces import SpaceConfig, StageConfig
 from nni_hwaware.strategies.budget import Budget, BudgetMask
@@ -29,8 +28,8 @@ def latency(arch: dict[str, str]) -> float:
 
 
 @pytest.fixture
-def model() -> CostModel:
-    return CostModel(tiny_table(), tiny_config())
+def model() -> BlockCostModel:
+    return BlockCostModel(tiny_table(), tiny_config())
 
 
 def feasible(limit: float) -> set[tuple[str, str]]:
@@ -38,7 +37,7 @@ def feasible(limit: float) -> set[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("limit", [1.05, 2.0, 2.75, 3.0, 5.0, 100.0])
-def test_mask_is_exact_for_a_latency_budget(model: CostModel, limit: float) -> None:
+def test_mask_is_exact_for_a_latency_budget(model: BlockCostModel, limit: float) -> None:
     mask = BudgetMask(model, Budget(latency_ms=limit))
     names1, names2 = model.candidates
     reachable = set()
@@ -50,7 +49,7 @@ def test_mask_is_exact_for_a_latency_budget(model: CostModel, limit: float) -> N
     assert reachable == feasible(limit)
 
 
-def test_search_proposes_every_feasible_architecture_once_and_never_over_budget(model: CostModel) -> None:
+def test_search_proposes_every_feasible_architecture_once_and_never_over_budget(model: BlockCostModel) -> None:
     search = PPOSearch(model, Budget(latency_ms=3.0), PPOConfig(seed=3, update_every=2))
     seen = []
     while (arch := search.ask()) is not None:
@@ -60,7 +59,7 @@ def test_search_proposes_every_feasible_architecture_once_and_never_over_budget(
     assert sorted(seen) == sorted(feasible(3.0)) and len(seen) == len(set(seen))
 
 
-def test_memory_budget_mask_uses_weights_plus_largest_activation(model: CostModel) -> None:
+def test_memory_budget_mask_uses_weights_plus_largest_activation(model: BlockCostModel) -> None:
     # memory = 0.03 (fixed weights) + weights + max(0.2 stem activation, blocks' activations):
     # skip/skip 0.231, skip/bottleneck 0.33, bottleneck/skip 0.581 fit; bottleneck/bottleneck 0.68,
     # basic/skip 0.731 and the rest do not.
@@ -74,12 +73,12 @@ def test_memory_budget_mask_uses_weights_plus_largest_activation(model: CostMode
     assert len(seen) == sum(model.predict(a).memory_mb <= 0.6 for a in all_archs) == 3
 
 
-def test_budget_below_the_cheapest_names_the_cheapest(model: CostModel) -> None:
+def test_budget_below_the_cheapest_names_the_cheapest(model: BlockCostModel) -> None:
     with pytest.raises(HwAwareError, match=r"cheapest achievable is latency_ms 1.05 > budget 1"):
         PPOSearch(model, Budget(latency_ms=1.0))
 
 
-def test_same_seed_same_decisions_and_global_rng_untouched(model: CostModel) -> None:
+def test_same_seed_same_decisions_and_global_rng_untouched(model: BlockCostModel) -> None:
     def run(seed: int) -> list[dict[str, str]]:
         search = PPOSearch(model, Budget(latency_ms=100.0), PPOConfig(seed=seed, update_every=2))
         out = []
@@ -106,7 +105,7 @@ def test_policy_learns_the_rewarding_block() -> None:
     records = [{**row, "block": e.key.block, "kind": e.kind, "input_shape": e.key.shape_str,
                 "out_channels": e.key.out_channels, "stride": e.key.stride} for e in profile_entries(config)]
     from nni_hwaware.cost_table import CostTable
-    model = CostModel(CostTable.from_records(records), config)
+    model = BlockCostModel(CostTable.from_records(records), config)
     search = PPOSearch(model, None, PPOConfig(seed=0, update_every=4))
     for _ in range(24):
         arch = search.ask()
@@ -119,14 +118,14 @@ def test_policy_learns_the_rewarding_block() -> None:
     assert search.best() == ({"layer1_0": "bottleneck", "layer1_1": "bottleneck", "layer1_2": "bottleneck"}, 1.0)
 
 
-def test_failures_and_nan_get_the_failure_reward(model: CostModel) -> None:
+def test_failures_and_nan_get_the_failure_reward(model: BlockCostModel) -> None:
     search = PPOSearch(model, None, PPOConfig(seed=0, failure_reward=-1.0))
     a, b = search.ask(), search.ask()
     assert search.tell(a, None) == -1.0
     assert search.tell(b, {"default": math.nan}) == -1.0
 
 
-def test_state_round_trip_continues_identically(model: CostModel) -> None:
+def test_state_round_trip_continues_identically(model: BlockCostModel) -> None:
     config = PPOConfig(seed=5, update_every=2)
     first = PPOSearch(model, None, config)
     for _ in range(3):
@@ -144,7 +143,7 @@ def test_state_round_trip_continues_identically(model: CostModel) -> None:
     [("accuracy", {"default": 0.8}, 0.8), ("neg_flops", {"default": 0.8, "flops": 2e6}, -2.0),
      ("mnas", {"default": 0.8, "latency_ms": 2.0}, 0.8 * (2.0 / 1.0) ** -0.07)],
 )
-def test_rewards(model: CostModel, reward: str, metrics: dict, expected: float) -> None:
+def test_rewards(model: BlockCostModel, reward: str, metrics: dict, expected: float) -> None:
     search = PPOSearch(model, Budget(latency_ms=100.0), PPOConfig(reward=reward, mnas_target_ms=1.0))
     arch = search.ask()
     assert search.tell(arch, metrics) == pytest.approx(expected)
@@ -187,7 +186,7 @@ def test_coupled_costs_bound_only_the_budgeted_metrics_and_every_feasible_arch_i
     assert sorted(proposed) == sorted(feasible)
 
 
-def test_batched_look_ahead_equals_the_per_prefix_one(model: CostModel) -> None:
+def test_batched_look_ahead_equals_the_per_prefix_one(model: BlockCostModel) -> None:
     mask = BudgetMask(model, Budget(latency_ms=3.0, flops=5e6))
     prefixes = np.array([[0], [1], [2]])
     batch = mask.needs_batch(prefixes)
@@ -266,7 +265,7 @@ def test_the_surrogate_learns_which_labels_decide_the_accuracy() -> None:
     assert few.weights is None
 
 
-def test_the_search_gives_the_surrogate_the_tables_predictions_as_features(model: CostModel) -> None:
+def test_the_search_gives_the_surrogate_the_tables_predictions_as_features(model: BlockCostModel) -> None:
     search = PPOSearch(model, Budget(latency_ms=3.0), PPOConfig(seed=0))
     keys = np.asarray([search.actions_of(dict(zip(["layer1_0", "layer2_0"], pair, strict=True)))
                        for pair in itertools.product(LAT1, LAT2)])
@@ -333,7 +332,7 @@ def test_a_ppo_switch_given_as_a_string_is_a_one_line_error(option: str) -> None
     assert getattr(PPOConfig.from_dict({option: False}), option) is False
 
 
-def test_single_episode_updates_with_masked_values_stay_finite(model: CostModel) -> None:
+def test_single_episode_updates_with_masked_values_stay_finite(model: BlockCostModel) -> None:
     """Masked values once made torch's entropy gradient NaN (float minimum x 0, scaled by the floor)."""
     search = PPOSearch(model, Budget(latency_ms=3.0), PPOConfig(seed=0, replay_best=0, update_every=1, screen=1))
     for _ in range(3):

@@ -7,8 +7,8 @@ import json
 import pytest
 from handmade import tiny_config, tiny_table
 
-from nni_hwaware.cost_model import SpaceCostModel, space_model
-from nni_hwaware.cost_table import CostModel, CostTable
+from nni_hwaware.cost_model import BlockCostModel, SpaceCostModel, space_model
+from nni_hwaware.cost_table import CostTable
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.pruning import prune_choices
 from nni_hwaware.spaces import BlockChoiceSpace, get_space_config
@@ -86,7 +86,7 @@ def test_table_lacking_a_block_of_the_space_is_named() -> None:
     config = tiny_config()
     config = config.with_layer_candidates({"layer1_0": ["skip", "mbconv_k3_e6"]})
     with pytest.raises(HwAwareError, match="no row for block 'mbconv_k3_e6' with input_shape 8x8x8"):
-        CostModel(tiny_table(), config)
+        BlockCostModel(tiny_table(), config)
 
 
 def test_a_pruned_hub_space_saves_as_a_space_every_command_takes(tmp_path) -> None:

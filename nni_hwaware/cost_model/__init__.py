@@ -3,12 +3,14 @@
 * :func:`find_leaves` breaks a space into the leaves a cost table measures;
 * :func:`profile_model_space` measures each distinct leaf once on this chip;
 * :func:`space_cost_model` builds a :class:`SpaceCostModel` from the table;
+* :class:`BlockCostModel` predicts a network from a table of the project's block rows;
 * :func:`choice_cost_model` builds one from a plain table of per-choice costs
   (a tabular benchmark, nn-Meter, a vendor's profiler).
 """
 
 from __future__ import annotations
 
+from nni_hwaware.cost_model.block_table import METRICS, ArchCost, BlockCostModel
 from nni_hwaware.cost_model.blocks import as_space_model, block_cost_model
 from nni_hwaware.cost_model.choices import choice_cost_model, load_choice_table
 from nni_hwaware.cost_model.for_space import (
@@ -34,6 +36,9 @@ from nni_hwaware.cost_model.profile import (
 
 __all__ = [
     "ADDITIVE",
+    "METRICS",
+    "ArchCost",
+    "BlockCostModel",
     "CostFactor",
     "LeafEntry",
     "LeafTerm",

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from nni_hwaware.cost_model.block_table import BlockCostModel
 from nni_hwaware.cost_model.model import CostFactor, SpaceCostModel
-from nni_hwaware.cost_table.predict import CostModel
 
 __all__ = ["as_space_model", "block_cost_model"]
 
 
-def block_cost_model(model: CostModel) -> SpaceCostModel:
+def block_cost_model(model: BlockCostModel) -> SpaceCostModel:
     """The same costs as ``model`` (one factor per layer label), as a :class:`SpaceCostModel`."""
     factors = []
     for i, (label, names) in enumerate(zip(model.labels, model.candidates, strict=True)):
@@ -26,13 +26,13 @@ def block_cost_model(model: CostModel) -> SpaceCostModel:
                           threads=model.threads)
 
 
-def as_space_model(model: SpaceCostModel | CostModel, reference: Any = None) -> tuple[SpaceCostModel, dict[str, Any]]:
+def as_space_model(model: SpaceCostModel | BlockCostModel, reference: Any = None) -> tuple[SpaceCostModel, dict[str, Any]]:
     """``model`` as a :class:`SpaceCostModel` and its reference network as a sample.
 
     ``reference`` is a sample, ``"largest"`` or a value every label takes; by default a
-    ResNet-skeleton :class:`CostModel`'s baseline, else ``"largest"``.
+    ResNet-skeleton :class:`BlockCostModel`'s baseline, else ``"largest"``.
     """
-    if isinstance(model, CostModel):
+    if isinstance(model, BlockCostModel):
         reference = model.config.baseline() if reference is None else reference
         model = block_cost_model(model)
     return model, model.reference("largest" if reference is None else reference)

@@ -83,9 +83,9 @@ def space_model(named: Any, table: CostTable, *, chip: str | None = None, backen
     if config is None:
         raise HwAwareError(f"the cost table holds the project's block rows, not the leaves of space {named.name!r}; "
                            "profile this space (nni-hwaware profile --space ...)")
-    from nni_hwaware.cost_table.predict import CostModel
+    from nni_hwaware.cost_model.block_table import BlockCostModel
 
-    return block_cost_model(CostModel(table, config, chip=chip, backend=backend, batch_size=batch_size))
+    return block_cost_model(BlockCostModel(table, config, chip=chip, backend=backend, batch_size=batch_size))
 
 
 def is_choice_table(path: str | os.PathLike[str]) -> bool:

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nni_hwaware.cost_table.predict import METRICS, ArchCost
+from nni_hwaware.cost_model.block_table import METRICS, ArchCost
 from nni_hwaware.errors import HwAwareError
 
 __all__ = ["ADDITIVE", "CostFactor", "SpaceCostModel"]

@@ -1,17 +1,16 @@
-"""Hardware cost tables: validated per-chip rows of measured costs (profiled by :mod:`nni_hwaware.cost_model`)."""
+"""Hardware cost tables, the files: validated per-chip rows of measured costs.
+
+What a table predicts of a whole network is :mod:`nni_hwaware.cost_model`'s (which also profiles it).
+"""
 
 from __future__ import annotations
 
-from nni_hwaware.cost_table.predict import METRICS, ArchCost, CostModel
-from nni_hwaware.cost_table.profile import ProfileEntry, profile_entries
+from nni_hwaware.cost_table.block_keys import ProfileEntry, profile_entries
 from nni_hwaware.cost_table.table import COLUMNS, BlockKey, CostTable
 
 __all__ = [
     "COLUMNS",
-    "METRICS",
-    "ArchCost",
     "BlockKey",
-    "CostModel",
     "CostTable",
     "ProfileEntry",
     "profile_entries",

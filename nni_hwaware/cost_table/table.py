@@ -42,7 +42,7 @@ column               type   meaning
 
 A ``network`` row (block ``"network"`` in block tables, ``"network-<space fingerprint>"``
 in leaf tables; the space's input shape) holds what a network costs beyond the sum of
-its blocks, measured when the table is profiled (see :mod:`nni_hwaware.cost_table.profile`
+its blocks, measured when the table is profiled (see :mod:`nni_hwaware.cost_table.block_keys`
 and :mod:`nni_hwaware.cost_model.calibration`): its ``latency_ms`` is added to every
 prediction; in leaf tables its extra columns ``latency_scale`` (what the summed leaves are
 multiplied by) and ``latency_terms`` (JSON ``{label: {repr(value): ms}}``, added per chosen

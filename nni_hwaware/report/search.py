@@ -24,7 +24,7 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import read_json, write_json
-from nni_hwaware.measured import measured_cost, measured_within
+from nni_hwaware.measurement import measured_cost, measured_within
 from nni_hwaware.training.results import ModelResult
 
 __all__ = ["best_trial", "render_search_report", "write_retrain_report", "write_search_report"]

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from nni_hwaware.checked_options import from_mapping
 from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.options import from_mapping
 
 __all__ = ["Budget", "BudgetMask"]
 

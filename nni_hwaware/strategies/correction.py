@@ -70,8 +70,8 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.measured import MEASURED
-from nni_hwaware.measured import positive as _positive
+from nni_hwaware.measurement import MEASURED
+from nni_hwaware.measurement import positive as _positive
 
 if TYPE_CHECKING:
     from nni_hwaware.strategies.ppo.policy import HammingGP

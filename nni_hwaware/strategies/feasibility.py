@@ -7,9 +7,9 @@ The table is a prior; what a trial measures on the chip wins. :class:`Feasibilit
   :class:`~nni_hwaware.strategies.budget.BudgetMask` (which values leave a way to finish under
   the budget), the mask's limits moved to the budget *as measured* once a correction is fitted;
 * the :class:`~nni_hwaware.strategies.correction.CostCorrection` of the table's predictions from
-  the measured costs (on the table's scale, :mod:`nni_hwaware.measured`), and each candidate's
+  the measured costs (on the table's scale, :mod:`nni_hwaware.measurement`), and each candidate's
   probability of measuring over the budget;
-* what every result measured (:class:`~nni_hwaware.measured.Measurement`) and whether it fits
+* what every result measured (:class:`~nni_hwaware.measurement.Measurement`) and whether it fits
   (the upper end of its measured interval must);
 * the allowance each proposal's probability of measuring over is spent from.
 
@@ -21,9 +21,9 @@ spend ``1 - 1 / measurements_per_training`` of its measurements on networks that
 best networks are. **Trained as proposed** (``measure_first`` False): every proposal is trained,
 and only ``risk`` of them may be expected over the budget as measured.
 
-The search (:class:`~nni_hwaware.strategies.ppo.core.PPOSearch`), the trial that decides whether
+The search (:class:`~nni_hwaware.strategies.ppo.search.PPOSearch`), the trial that decides whether
 to train the network it measured (:mod:`nni_hwaware.trial.run`) and the report judge a
-measurement with the same :meth:`~nni_hwaware.measured.Measurement.fits`.
+measurement with the same :meth:`~nni_hwaware.measurement.Measurement.fits`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from nni_hwaware.cost_model import SpaceCostModel
-from nni_hwaware.measured import Measurement
+from nni_hwaware.measurement import Measurement
 from nni_hwaware.strategies.budget import Budget, BudgetMask
 from nni_hwaware.strategies.correction import CORRECTED, CostCorrection
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nni_hwaware import options
+from nni_hwaware import checked_options as options
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.ppo.config import PPOConfig
 from nni_hwaware.training import TrainConfig

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from nni_hwaware.checked_options import from_mapping
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.options import from_mapping
 
 __all__ = ["TrainConfig"]
 

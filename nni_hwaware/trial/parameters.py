@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.measured import MEASURED
+from nni_hwaware.measurement import MEASURED
 from nni_hwaware.training import TrainConfig
 
 __all__ = ["KEY", "Measuring", "RetrainJob", "TrialParameters"]

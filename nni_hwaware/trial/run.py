@@ -22,7 +22,7 @@ trial's parameters with another trial's metrics under concurrency
 
 The network is measured before it is trained (timing does not depend on the weights). When the
 parameters carry the search's budget and the network measures over it, judged as the search
-judges a result (:mod:`nni_hwaware.measured`: the latency as its ratio to the reference times the
+judges a result (:mod:`nni_hwaware.measurement`: the latency as its ratio to the reference times the
 table's latency of the reference), the search counts it a failure whatever its accuracy: the
 trial reports the measurement with ``default`` 0 and ``not_trained`` and does not train it
 (:func:`measure_then_train`).
@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.measured import NOT_TRAINED, Measurement, on_table_scale
+from nni_hwaware.measurement import NOT_TRAINED, Measurement, on_table_scale
 from nni_hwaware.trial.parameters import Measuring, TrialParameters
 
 __all__ = ["main", "measure_then_train", "measured_costs", "over_budget", "retrain_metrics", "screening_metrics",
@@ -74,7 +74,7 @@ def screening_metrics(named: Any, params: TrialParameters, seed: int) -> dict[st
     """The final metric of a screening trial: every architecture of ``params.screen`` measured in shared
     rounds with the reference network (as the table was profiled), none trained. ``screened`` holds, per
     architecture, what it measured (its latency ratio's 95 % interval too) and whether it fits the budget
-    judged as the search judges it (:class:`~nni_hwaware.measured.Measurement`: the interval's upper end);
+    judged as the search judges it (:class:`~nni_hwaware.measurement.Measurement`: the interval's upper end);
     ``default`` is 0 (no accuracy: the portal's other columns say what it measured)."""
     from nni_hwaware.training.compare import TRIAL_TIMING_SECONDS, measure_against_reference_many
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nni_hwaware import options
+from nni_hwaware import checked_options as options
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.job import CostConfig, PruneConfig, budget_fraction
 from nni_hwaware.training import TrainConfig

@@ -1,4 +1,4 @@
-"""PPO-style actor-critic search under a hardware budget: core, NNI Tuner, NNI Strategy.
+"""PPO-style actor-critic search under a hardware budget: the search, NNI Tuner, NNI Strategy.
 
 ``PPOSearch`` and ``reward_of`` load torch on first access, so that importing the
 tuner stays fast (NNI gives its dispatcher 10 seconds to connect).
@@ -15,7 +15,7 @@ __all__ = ["REWARDS", "PPOConfig", "PPOSearch", "reward_of"]
 
 def __getattr__(name: str) -> Any:
     if name in ("PPOSearch", "reward_of"):
-        from nni_hwaware.strategies.ppo import core
+        from nni_hwaware.strategies.ppo import search
 
-        return getattr(core, name)
+        return getattr(search, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

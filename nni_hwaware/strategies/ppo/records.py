@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.measured import RATIO_LATENCY
+from nni_hwaware.measurement import RATIO_LATENCY
 from nni_hwaware.trial.parameters import KEY
 
 __all__ = ["ALL_FAILED_AFTER", "RESULT_GRACE_S", "TrialRecords", "load_state", "metrics_of", "save_state"]

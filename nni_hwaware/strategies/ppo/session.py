@@ -1,7 +1,7 @@
 """One multi-trial PPO search, driven by trial events: the work behind the NNI Tuner, free of NNI.
 
 A :class:`SearchSession` holds the :class:`~nni_hwaware.strategies.job.SearchJob`,
-the cost models, the :class:`~nni_hwaware.strategies.ppo.core.PPOSearch` and the
+the cost models, the :class:`~nni_hwaware.strategies.ppo.search.PPOSearch` and the
 :class:`~nni_hwaware.strategies.ppo.records.TrialRecords`. It turns proposals into
 self-contained :class:`~nni_hwaware.trial.parameters.TrialParameters`, learns from
 results and trial ends, and decides when the final retraining trial is due: after
@@ -21,7 +21,7 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_json
-from nni_hwaware.measured import MEASURED, NOT_TRAINED, on_table_scale
+from nni_hwaware.measurement import MEASURED, NOT_TRAINED, on_table_scale
 from nni_hwaware.strategies.correction import fidelity_prior_margin
 from nni_hwaware.strategies.job import SearchJob
 from nni_hwaware.strategies.ppo.records import (
@@ -68,7 +68,7 @@ class SearchSession:
         """Load (or profile) the costs, restrict and prune to ``search_space``, resume from a state."""
         from nni_hwaware.spaces.choices import allowed_values
         from nni_hwaware.strategies.job import load_cost_model
-        from nni_hwaware.strategies.ppo.core import PPOSearch
+        from nni_hwaware.strategies.ppo.search import PPOSearch
 
         self.full = load_cost_model(self.named, self.job.cost, self.output_dir / "cost_table.csv")
         allowed = allowed_values(search_space, self.full.choices(), self.named.name)
@@ -358,7 +358,7 @@ class SearchSession:
 
     def _reference_latency(self) -> float:
         """The table's latency of the reference network: a result's measured ratio to it is its
-        latency on the table's scale (:func:`~nni_hwaware.measured.on_table_scale`)."""
+        latency on the table's scale (:func:`~nni_hwaware.measurement.on_table_scale`)."""
         return self.full.predict(self.reference).latency_ms
 
     def _failure(self, arch: dict[str, Any], why: str) -> None:

@@ -78,7 +78,7 @@ class PPOTuner(Tuner):
 
     @property
     def search(self) -> Any:
-        """The :class:`~nni_hwaware.strategies.ppo.core.PPOSearch` (None before the search space arrives)."""
+        """The :class:`~nni_hwaware.strategies.ppo.search.PPOSearch` (None before the search space arrives)."""
         return self.session.search if self.session else None
 
     @property

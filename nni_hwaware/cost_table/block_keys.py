@@ -2,7 +2,7 @@
 
 Block tables (one row per candidate block and layer shape, ``kind`` ``candidate`` or
 ``fixed``) are what earlier versions of ``nni-hwaware profile`` wrote for the project's
-spaces, and what hand-made tables use; :class:`~nni_hwaware.cost_table.CostModel` reads
+spaces, and what hand-made tables use; :class:`~nni_hwaware.cost_model.BlockCostModel` reads
 them. Profiling any space, the project's included, is :mod:`nni_hwaware.cost_model`'s
 (every distinct leaf once, ``kind`` ``leaf``).
 """

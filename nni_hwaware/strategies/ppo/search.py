@@ -60,7 +60,7 @@ import torch
 
 from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.measured import Measurement
+from nni_hwaware.measurement import Measurement
 from nni_hwaware.profiling.chips import fixed_threads
 from nni_hwaware.strategies.budget import Budget, BudgetMask
 from nni_hwaware.strategies.correction import CostCorrection

@@ -16,7 +16,7 @@ are freed when the next block has its output:
     \\mathrm{mem}(a) = \\sum_{f} \\mathrm{param}_f + \\sum_i \\mathrm{param}_{i, a_i}
         + \\max\\big(\\max_f \\mathrm{act}_f, \\max_i \\mathrm{act}_{i, a_i}\\big)
 
-:class:`CostModel` reads the block tables that earlier versions wrote for the
+:class:`BlockCostModel` reads the block tables that earlier versions wrote for the
 project's ResNet-skeleton spaces (one row per candidate block and layer shape) and
 hand-made tables of that form, holding the per-layer costs as dense ``layers x
 candidates`` arrays; it builds NNI ``ExpressionProfiler``\\ s over the space's
@@ -38,7 +38,7 @@ from nni_hwaware.cost_table.table import BlockKey, CostTable
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.spaces.config import SpaceConfig
 
-__all__ = ["METRICS", "ArchCost", "CostModel"]
+__all__ = ["METRICS", "ArchCost", "BlockCostModel"]
 
 #: The costs reported with every trial.
 METRICS = ("latency_ms", "memory_mb", "flops", "params")
@@ -69,7 +69,7 @@ def _network_overhead(table: CostTable, config: SpaceConfig) -> float:
     return float(rows.latency_ms.iloc[0]) if len(rows) else 0.0
 
 
-class CostModel:
+class BlockCostModel:
     """Per-layer costs of a space on one chip, read once from a cost table."""
 
     def __init__(self, table: CostTable, config: SpaceConfig, *, chip: str | None = None,

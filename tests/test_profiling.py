@@ -1,4 +1,4 @@
-"""Tests for nni_hwaware.profiling: exact memory/FLOP counts, the timing rules, backends."""
+"""Tests for nni_hwaware.profiling: exact memory/FLOP counts, the outlier rule, backends."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from nni_hwaware.profiling import (
     ONNX_INSTALL_HINT,
     Backend,
     ChipInfo,
-    LatencyStats,
     ModuleCost,
     available_backends,
     count_flops,
@@ -22,7 +21,6 @@ from nni_hwaware.profiling import (
     detect_chip,
     fixed_threads,
     get_backend,
-    measure_latency,
     measure_module,
     measure_peak_flops,
     param_bytes,
@@ -139,116 +137,11 @@ def test_count_flops_rejects_non_module() -> None:
 # --------------------------------------------------------------------------- timing
 
 
-class FakeClock:
-    """A clock that only advances when the fake ``run`` says so."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.calls = 0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def runner(self, duration_ms):  # type: ignore[no-untyped-def]
-        """``run`` whose k-th call (0-based, warm-up included) lasts ``duration_ms(k)``."""
-
-        def run() -> None:
-            self.now += duration_ms(self.calls) / 1000.0
-            self.calls += 1
-
-        return run
-
-
 def test_split_outliers_mad_rule() -> None:
     samples = [1.0, 1.1, 0.9, 1.05, 0.95, 5.0]
     kept, dropped = split_outliers(samples)
     assert dropped == [5.0]
     assert sorted(kept) == sorted(samples[:-1])
-
-
-def test_steady_run_stops_at_min_runs() -> None:
-    clock = FakeClock()
-    stats = measure_latency(clock.runner(lambda k: 2.0), warmup=3, min_runs=10, clock=clock)
-    assert stats.runs == 10
-    assert stats.discarded == 0
-    assert stats.calls_per_sample == 1
-    assert stats.median_ms == pytest.approx(2.0)
-    assert stats.cv == pytest.approx(0.0, abs=1e-9)
-    assert clock.calls == 3 + 1 + 10  # warm-up, one calibration call, samples
-
-
-def test_injected_slow_call_is_discarded() -> None:
-    clock = FakeClock()
-    warmup = 2
-    slow_call = warmup + 1 + 4  # the 5th timed sample
-    stats = measure_latency(
-        clock.runner(lambda k: 50.0 if k == slow_call else 2.0),
-        warmup=warmup,
-        min_runs=10,
-        clock=clock,
-    )
-    assert stats.discarded == 1
-    assert stats.runs == 10  # the kept samples are steady, so the CV rule stops at min_runs
-    assert stats.median_ms == pytest.approx(2.0)
-    assert stats.mean_ms == pytest.approx(2.0)
-
-
-def test_noisy_run_goes_to_max_runs_and_respects_max_seconds() -> None:
-    clock = FakeClock()
-    spread = [1.0, 1.2, 1.4, 1.6, 1.8]  # no outliers (MAD = 0.2), CV ~ 0.23 > 0.05
-    noisy = clock.runner(lambda k: spread[k % 5])
-    stats = measure_latency(noisy, warmup=0, min_runs=5, max_runs=30, clock=clock)
-    assert stats.runs == 30
-    assert stats.discarded == 0
-    assert stats.cv > 0.05
-
-    clock = FakeClock()
-    slow_noisy = clock.runner(lambda k: 100.0 * spread[k % 5])
-    stats = measure_latency(
-        slow_noisy, warmup=0, min_runs=5, max_runs=200, max_seconds=1.0, clock=clock
-    )
-    assert 2 <= stats.runs <= 8  # about 1 s / 140 ms, far below max_runs
-    assert stats.cv > 0.05
-
-
-def test_fast_run_is_batched_to_min_sample_ms_and_synced() -> None:
-    clock = FakeClock()
-    syncs = []
-    stats = measure_latency(
-        clock.runner(lambda k: 0.125),
-        warmup=1,
-        min_runs=5,
-        min_sample_ms=1.0,
-        sync=lambda: syncs.append(1),
-        clock=clock,
-    )
-    assert stats.calls_per_sample >= 8
-    assert stats.median_ms == pytest.approx(0.125)  # reported per call
-    assert len(syncs) >= 2 * stats.runs
-
-
-def test_measure_latency_real_clock_smoke() -> None:
-    stats = measure_latency(
-        lambda: sum(range(1000)), warmup=1, min_runs=3, max_runs=20, max_seconds=0.5
-    )
-    assert isinstance(stats, LatencyStats)
-    assert stats.median_ms > 0 and stats.runs >= 3
-
-
-@pytest.mark.parametrize(
-    ("option", "value"),
-    [
-        ("warmup", -1),
-        ("min_runs", 1),
-        ("max_runs", 3),
-        ("target_cv", -0.1),
-        ("max_seconds", 0),
-        ("min_sample_ms", -1),
-    ],
-)
-def test_measure_latency_rejects_bad_options(option: str, value: float) -> None:
-    with pytest.raises(HwAwareError, match=option):
-        measure_latency(lambda: None, **{"min_runs": 5, option: value})  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- chips

@@ -1,4 +1,4 @@
-"""Predict any architecture's hardware cost from a cost table (seed 001 step 5).
+"""Predict any architecture's hardware cost from a cost table: the sum of its blocks' entries.
 
 For an architecture ``a`` (layer -> block) of a space, on one chip, backend and
 batch size:

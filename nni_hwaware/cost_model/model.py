@@ -95,7 +95,7 @@ class SpaceCostModel:
                 raise HwAwareError(f"label {label!r} has no values left")
         self.position = {label: i for i, label in enumerate(self.labels)}
         self.fixed = {m: float(fixed.get(m, 0.0)) for m in _ALL}
-        #: Activations of the fixed parts added up (the seed's literal memory sum), if known.
+        #: Activations of the fixed parts added up (the penalty's ``memory="sum"``: weights plus every activation), if known.
         self.fixed["activation_sum_mb"] = float(fixed.get("activation_sum_mb", self.fixed["activation_mb"]))
         merged: dict[tuple[str, ...], CostFactor] = {}
         for factor in factors:
@@ -195,7 +195,7 @@ class SpaceCostModel:
 
         Returns ``{latency_ms, memory_mb, param_mb, activation_mb, activation_sum_mb, flops,
         params}`` as scalar tensors with gradient to ``probs`` (``activation_sum_mb``: every
-        factor's expected activation added up, for the seed's literal memory sum). Latency, FLOPs, parameters and
+        factor's expected activation added up, for the penalty's ``memory="sum"``). Latency, FLOPs, parameters and
         weight memory are exact expectations; ``activation_mb`` is the largest of the
         factors' expected activations (what :meth:`predict` gives for one-hot ``probs``).
         """

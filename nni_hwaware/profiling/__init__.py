@@ -6,8 +6,7 @@ The building blocks of the per-chip cost tables:
   :class:`ModuleCost` objects, the latencies timed by the one measuring engine;
 * :func:`time_in_rounds` -- that engine: every item timed once per round in a
   shuffled order, 10th percentiles over rounds with 95 % intervals, a probe's drift;
-* :func:`measure_latency` -- one callable timed on its own until its CV is small
-  (the sequential rule: kept for a single callable, which no table uses);
+* :func:`split_outliers` (the median +- 3 * 1.4826 * MAD rule) and :class:`LatencyStats`;
 * :func:`count_flops` (2 x MACs), :func:`count_params`,
   :func:`param_bytes`, :func:`peak_activation_bytes`;
 * :func:`detect_chip`, :func:`measure_peak_flops`, :func:`fixed_threads`;
@@ -44,7 +43,7 @@ from nni_hwaware.profiling.rounds import (
     quantile_interval,
     time_in_rounds,
 )
-from nni_hwaware.profiling.timing import LatencyStats, measure_latency, split_outliers
+from nni_hwaware.profiling.timing import LatencyStats, split_outliers
 
 __all__ = [
     "BYTES_PER_MB",
@@ -67,7 +66,6 @@ __all__ = [
     "fixed_threads",
     "get_backend",
     "interleaved_latency",
-    "measure_latency",
     "measure_module",
     "measure_modules",
     "measure_peak_flops",

@@ -3,8 +3,9 @@
 A backend turns ``(module, example input, device)`` into a :class:`Runner`, a
 zero-argument callable that runs one forward on that fixed input, plus the
 ``sync`` function to call before reading the clock and a ``providers`` string
-naming what executed it.  :func:`~nni_hwaware.profiling.timing.measure_latency`
-only ever sees the runner, so all backends are timed identically.
+naming what executed it.  The measuring engine
+(:func:`~nni_hwaware.profiling.rounds.time_in_rounds`) only ever sees the
+runner, so all backends are timed identically.
 
 Backends live in a name -> class registry; add one with::
 

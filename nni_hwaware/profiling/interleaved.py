@@ -3,9 +3,8 @@
 A shared machine's load comes in bursts; timing one network after the other lets a
 burst land on one of them only. :func:`interleaved_latency` times the two networks
 with the one measuring engine (:func:`~nni_hwaware.profiling.rounds.time_in_rounds`:
-each round times both, in a shuffled order) and reports the ratio ``B / A`` as the
-geometric mean of the per-round ratios with a 95 % Student-t interval on their
-logarithms.
+each round times both, in a shuffled order) and reports the ratio ``B / A`` of their
+figures with a 95 % interval (:meth:`~nni_hwaware.profiling.rounds.RoundsTiming.ratio`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 * :func:`evaluate_architecture` -> :class:`ModelResult` (retrained from scratch,
   best-on-validation epoch, test top-1/top-3, latency and memory measured and
   predicted, params, FLOPs), saved as JSON;
-* :func:`comparison_table` / :func:`write_report`: seed 001's baseline-vs-searched
-  table with the changes, as Markdown and CSV, and the accuracy-latency plot;
+* :func:`comparison_table` / :func:`write_report`: the baseline-vs-searched
+  table with the relative changes, as Markdown and CSV, and the accuracy-latency plot;
 * :func:`accuracy_latency_plot` with :class:`PlotPoint` groups and an optional
   Pareto front, for sweeps and multi-trial searches alike.
 """

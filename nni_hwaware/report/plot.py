@@ -13,12 +13,15 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_atomically
 
-__all__ = ["PLOT_INSTALL_HINT", "PlotPoint", "accuracy_latency_plot", "calibration_plot", "pareto_front"]
+if TYPE_CHECKING:
+    from nni_hwaware.training.results import ModelResult
+
+__all__ = ["PLOT_INSTALL_HINT", "PlotPoint", "accuracy_latency_plot", "calibration_plot", "pareto_front", "sweep_point"]
 
 PLOT_INSTALL_HINT = "pip install 'nni-hwaware[plot]'"
 
@@ -44,11 +47,19 @@ class PlotPoint:
         """The point of a :class:`~nni_hwaware.report.ModelResult` (accuracy in %)."""
         label = result.name
         if group == "sweep":
-            from nni_hwaware.report.table import sweep_point
-
             point = sweep_point(result)
             label = label if point == "n/a" else point.replace("latency target ", "target ").replace("alpha ", "alpha=")
         return cls(float(result.latency_ms), 100.0 * float(getattr(result, metric)), label, group)
+
+
+def sweep_point(result: ModelResult) -> str:
+    """What the search that found ``result`` aimed at: ``alpha 1.5`` or ``latency target 30%``
+    (``extra["search_point"]``, written by the Gumbel pipeline; else the result's alpha)."""
+    point = result.extra.get("search_point") or ({"alpha": result.alpha} if result.alpha is not None else {})
+    if "latency_target" in point:
+        value = point["latency_target"]
+        return f"latency target {value}" + ("" if isinstance(value, str) else " ms")
+    return f"alpha {point['alpha']:g}" if "alpha" in point else "n/a"
 
 
 def pareto_front(points: Sequence[PlotPoint]) -> list[PlotPoint]:

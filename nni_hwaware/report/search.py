@@ -3,7 +3,7 @@
 Written by the last trial of a PPO experiment (see :mod:`nni_hwaware.trial.run`)
 into ``<experiment dir>/hwaware/report/``:
 
-* ``comparison.md`` / ``comparison.csv``: seed 001's table, baseline vs found
+* ``comparison.md`` / ``comparison.csv``: the comparison table, baseline vs found
   (top-1, top-3, measured latency and memory, params, FLOPs, relative changes);
 * ``accuracy_latency.png``: the two retrained networks, measured;
 * ``pareto.png``: validation accuracy against the cost table's latency of every

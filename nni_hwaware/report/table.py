@@ -1,6 +1,6 @@
-"""The seed's comparison table: baseline vs found networks, with the changes.
+"""The comparison table: baseline vs found networks, with the changes.
 
-Seed 001 reports the searched network against the original ResNet50 as changes:
+The searched network is reported against the baseline (e.g. the original ResNet50) as changes:
 top-3 accuracy in points, latency and memory in percent. :func:`comparison_table`
 builds that table for one baseline and any number of other networks (one searched
 network, the points of an alpha sweep, the best trial of a multi-trial search):
@@ -26,9 +26,10 @@ from pathlib import Path
 import pandas as pd
 
 from nni_hwaware.files import write_atomically
+from nni_hwaware.report.plot import PlotPoint, accuracy_latency_plot, sweep_point
 from nni_hwaware.training.results import ModelResult
 
-__all__ = ["ROWS", "Row", "comparison_table", "relative_changes", "sweep_point", "to_markdown", "write_report"]
+__all__ = ["ROWS", "Row", "comparison_table", "relative_changes", "to_markdown", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -143,8 +144,6 @@ def write_report(out_dir: str | os.PathLike[str], baseline: ModelResult, others:
         "csv": write_atomically(out / "comparison.csv", frame.to_csv(index=False)),
     }
     if plot:
-        from nni_hwaware.report.plot import PlotPoint, accuracy_latency_plot
-
         points = [PlotPoint.of(baseline, "baseline")]
         points += [PlotPoint.of(o, "searched") for o in others]
         points += [PlotPoint.of(s, "sweep") for s in sweep]
@@ -219,16 +218,6 @@ def deliverables_markdown(result: ModelResult, report_dir: str | os.PathLike[str
                      f"vs {timing['baseline_ms']:.3f} ms at batch {timing['batch_size']})")
     lines += [f"- {note}" for note in summary.get("notes", [])]
     return "\n".join(lines) + "\n"
-
-
-def sweep_point(result: ModelResult) -> str:
-    """What the search that found ``result`` aimed at: ``alpha 1.5`` or ``latency target 30%``
-    (``extra["search_point"]``, written by the Gumbel pipeline; else the result's alpha)."""
-    point = result.extra.get("search_point") or ({"alpha": result.alpha} if result.alpha is not None else {})
-    if "latency_target" in point:
-        value = point["latency_target"]
-        return f"latency target {value}" + ("" if isinstance(value, str) else " ms")
-    return f"alpha {point['alpha']:g}" if "alpha" in point else "n/a"
 
 
 def _sweep_order(result: ModelResult) -> tuple[int, float]:

@@ -5,7 +5,7 @@ NNI can replay it in every trial and a pruned space is just a config with fewer
 candidates per layer. Everything that needs the layers' shapes (the supernet,
 one fixed network, profiling, pruning) derives them from here.
 
-Following seed 001, the network is ResNet50's skeleton: the first three layers
+The network is ResNet50's skeleton: the first three layers
 (conv, BN, ReLU of the stem) and the last three (global pooling, flatten, fully
 connected) are fixed, and every residual-block position in between chooses a
 candidate block. Filter counts are set per stage, few at the bottom, many at the top.

@@ -9,7 +9,7 @@ tensors fails there with "payload larger than 64 KB").
   For a space that takes other inputs (NNI's hub spaces take 3x32x32), the
   images are upsampled (bilinear) to its size and repeated over its channels.
 * CIFAR-10: read by torchvision from a directory the user gives (never
-  downloaded); seed 001's split: 40,000 train / 10,000 validation (both from the
+  downloaded); split 40,000 train / 10,000 validation (both from the
   training set) / 10,000 test; random crop with 4-pixel padding and horizontal
   flips on the training split.
 """
@@ -80,7 +80,7 @@ class Digits(Dataset):
 
 
 class Cifar10(Dataset):
-    """CIFAR-10 from ``root`` (torchvision's layout) with seed 001's 40k/10k/10k split."""
+    """CIFAR-10 from ``root`` (torchvision's layout) with a 40k/10k/10k train/validation/test split."""
 
     num_classes = 10
     mean = (0.4914, 0.4822, 0.4465)

@@ -73,7 +73,7 @@ def digits_tiny() -> SpaceConfig:
 
 @register_space("cifar10_resnet50")
 def cifar10_resnet50() -> SpaceConfig:
-    """Seed 001's space: ResNet50 (3-4-6-3 blocks, 256-2048 filters) at 32x32 CIFAR-10."""
+    """The ResNet50 space: ResNet50 (3-4-6-3 blocks, 256-2048 filters) at 32x32 CIFAR-10."""
     return SpaceConfig(
         name="cifar10_resnet50", in_channels=3, image_size=32, num_classes=10, stem_channels=64,
         stages=(StageConfig(256, 3, 1), StageConfig(512, 4, 2), StageConfig(1024, 6, 2), StageConfig(2048, 3, 2)),

@@ -3,7 +3,7 @@
 * :class:`TrainConfig` / :func:`train_architecture` / :func:`train_network`: the
   seeded training loop (best-on-validation epoch, tested on the held-out split);
 * :func:`evaluate_architecture` -> :class:`ModelResult`: retrained from scratch,
-  tested, measured and predicted (seed 001 steps 9-10);
+  tested, measured and predicted;
 * :func:`compare_with_baseline`: the found network and the baseline timed
   interleaved, the latency ratio with its 95 % interval and warning lines.
 

@@ -100,7 +100,7 @@ def measure_against_reference_many(space: Any, archs: Sequence[Mapping[str, Any]
     """The networks of ``archs`` timed in shared rounds with the space's ``reference`` architecture (each
     round times every one of them, in a shuffled order: at most ``seconds``), on ``backend`` at
     ``batch_size`` with ``threads`` on ``device`` (as the cost table was profiled), and their memory.
-    All are built from the seed (timing does not depend on the trained weights).
+    All are built from ``seed`` (timing does not depend on the trained weights).
 
     Returns, per architecture, ``{latency_ms, memory_mb, reference_latency_ms, reference_memory_mb,
     latency_ratio, latency_ratio_ci95_low, latency_ratio_ci95_high, timing_rounds}``: the latency over

@@ -1,6 +1,6 @@
 """One evaluated network: what a report compares (accuracy, measured and predicted cost).
 
-:func:`evaluate_architecture` is the retraining step of seed 001 (steps 9-10): the
+:func:`evaluate_architecture` is the retraining and evaluation of a found network: the
 architecture is built from random initialisation, trained with cross entropy,
 the epoch best on validation is kept and evaluated on the held-out test split;
 then the network is measured on this machine (latency, weights + peak

@@ -4,7 +4,7 @@ A plain PyTorch loop (SGD with momentum, cosine learning rate, cross entropy),
 seeded without touching the global random state: weights are initialised inside
 ``torch.random.fork_rng`` and batches are shuffled by a seeded generator, so the
 same seed gives the same network and the same accuracy. The epoch with the best
-validation top-1 is kept (seed 001 step 9) and evaluated on the test split.
+validation top-1 is kept and evaluated on the test split.
 """
 
 from __future__ import annotations

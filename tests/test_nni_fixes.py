@@ -85,7 +85,7 @@ def test_ppo_tuner_builds_without_importing_torch() -> None:
     assert result.stdout.strip() == "[]"
 
 
-# -- 4. penalty gradient -------------------------------------------------------------
+# -- 5. penalty gradient -------------------------------------------------------------
 
 
 def _tiny_supernet(strategy_class: type, **kwargs: object) -> tuple[object, object]:
@@ -102,7 +102,7 @@ def _tiny_supernet(strategy_class: type, **kwargs: object) -> tuple[object, obje
 
 
 def test_nni_gumbel_penalty_has_no_gradient_and_resamples_so_fix_4_is_needed() -> None:
-    # If this ever fails, NNI's penalty= carries a gradient now and fix 4 can be revisited.
+    # If this ever fails, NNI's penalty= carries a gradient now and fix 5 can be revisited.
     import torch
     from handmade import tiny_config, tiny_table
     from nni.nas.oneshot.pytorch.base_lightning import BaseOneShotLightningModule
@@ -146,7 +146,7 @@ def test_fix_4_forward_masks_carry_the_penalty_gradient() -> None:
     assert all(torch.any(g != 0) for g in grads)
 
 
-# -- 5. intermediate results from inside a one-shot search ----------------------------
+# -- 6. intermediate results from inside a one-shot search ----------------------------
 
 
 def test_reports_inside_the_sequential_engine_reach_the_outer_trial_only_with_fix_5(

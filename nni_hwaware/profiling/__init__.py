@@ -6,7 +6,7 @@ The building blocks of the per-chip cost tables:
   :class:`ModuleCost` objects, the latencies timed by the one measuring engine;
 * :func:`time_in_rounds` -- that engine: every item timed once per round in a
   shuffled order, 10th percentiles over rounds with 95 % intervals, a probe's drift;
-* :func:`split_outliers` (the median +- 3 * 1.4826 * MAD rule) and :class:`LatencyStats`;
+* :func:`split_outliers` (the median +- 3 * 1.4826 * MAD rule);
 * :func:`count_flops` (2 x MACs), :func:`count_params`,
   :func:`param_bytes`, :func:`peak_activation_bytes`;
 * :func:`detect_chip`, :func:`measure_peak_flops`, :func:`fixed_threads`;
@@ -43,7 +43,7 @@ from nni_hwaware.profiling.rounds import (
     quantile_interval,
     time_in_rounds,
 )
-from nni_hwaware.profiling.timing import LatencyStats, split_outliers
+from nni_hwaware.profiling.timing import split_outliers
 
 __all__ = [
     "BYTES_PER_MB",
@@ -52,7 +52,6 @@ __all__ = [
     "Backend",
     "ChipInfo",
     "ItemTiming",
-    "LatencyStats",
     "ModuleCost",
     "OnnxRuntimeBackend",
     "RoundsTiming",

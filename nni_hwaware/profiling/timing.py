@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-__all__ = ["MAD_TO_SIGMA", "OUTLIER_SIGMAS", "LatencyStats", "split_outliers", "timed_calls"]
+__all__ = ["MAD_TO_SIGMA", "OUTLIER_SIGMAS", "split_outliers", "timed_calls"]
 
 #: ``1 / Phi^-1(3/4)``: scales the median absolute deviation to a standard
 #: deviation for normally distributed samples.
@@ -31,26 +30,6 @@ MAD_TO_SIGMA = 1.4826
 #: Samples further than this many robust standard deviations from the median
 #: are discarded.
 OUTLIER_SIGMAS = 3.0
-
-
-@dataclass(frozen=True)
-class LatencyStats:
-    """Latency of one call, in milliseconds, summarised over the samples :func:`split_outliers` kept.
-
-    ``median_ms`` is the robust figure; ``mean_ms``/``std_ms`` (sample standard deviation,
-    ``ddof=1``) and ``cv = std_ms / mean_ms`` say how steady the measurement
-    was.  ``runs`` counts all timed samples, ``discarded`` how many of them
-    the outlier rule dropped, and ``calls_per_sample`` how many back-to-back
-    calls each sample timed.
-    """
-
-    median_ms: float
-    mean_ms: float
-    std_ms: float
-    cv: float
-    runs: int
-    discarded: int
-    calls_per_sample: int = 1
 
 
 def split_outliers(samples: Sequence[float]) -> tuple[list[float], list[float]]:

@@ -59,6 +59,15 @@ def test_prediction_is_the_sum_of_factors_and_the_largest_activation() -> None:
     assert (cost.flops, cost.params) == (1000 + 20 + 1, 50 + 2 + 100)
 
 
+def test_predict_many_is_predict_indices_of_every_network_to_the_bit() -> None:
+    model = hand_model()
+    every = list(itertools.product(*(range(len(v)) for v in model.candidates)))
+    many = model.predict_many(np.asarray(every))
+    for n, at in enumerate(every):
+        one = model.predict_indices(at).metrics()
+        assert {m: float(many[m][n]) for m in one} == one  # the same sums in the same order: equal, not close
+
+
 def test_a_sample_that_does_not_fit_gets_one_line() -> None:
     model = hand_model()
     with pytest.raises(HwAwareError, match=r"b=12, allowed: \[8, 16, 32\]"):

@@ -186,6 +186,20 @@ class SpaceCostModel:
                         param_mb=sums["param_mb"], activation_mb=activation,
                         flops=round(sums["flops"]), params=round(sums["params"]))
 
+    def predict_many(self, indices: Any) -> dict[str, np.ndarray]:
+        """:meth:`predict_indices` of ``N`` architectures at once (an ``(N, labels)`` array of value
+        indices): ``{latency_ms, memory_mb, flops, params}`` as arrays, the same sums vectorised."""
+        keys = np.asarray(indices, dtype=np.int64).reshape(-1, len(self.labels))
+        sums = {m: np.full(len(keys), float(self.fixed[m])) for m in ADDITIVE}
+        activation = np.full(len(keys), float(self.fixed["activation_mb"]))
+        for factor, axes in zip(self.factors, self._axes, strict=True):
+            at = tuple(keys[:, a] for a in axes)
+            for m in ADDITIVE:
+                sums[m] += np.asarray(factor.costs[m], dtype=np.float64)[at]
+            activation = np.maximum(activation, np.asarray(factor.costs["activation_mb"], dtype=np.float64)[at])
+        return {"latency_ms": sums["latency_ms"], "memory_mb": sums["param_mb"] + activation,
+                "flops": np.round(sums["flops"]), "params": np.round(sums["params"])}
+
     def predict(self, sample: Mapping[str, Any]) -> ArchCost:
         """Predicted cost of ``sample`` (``{label: value}``) on this model's chip."""
         return self.predict_indices(self.indices(sample))

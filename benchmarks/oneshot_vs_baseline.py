@@ -163,7 +163,7 @@ def _config(args: argparse.Namespace) -> Any:
     if args.table:
         changes["cost.table"] = args.table
     config = config.replace(**changes)
-    from nni_hwaware.strategies.gumbel.search import search_points
+    from nni_hwaware.strategies.gumbel.points import search_points
 
     if len(search_points(config)) < 3:
         raise SystemExit("the sweep needs at least 3 points (latency targets, or alphas) to tell whether latency "
@@ -192,7 +192,7 @@ def _table(config: Any, out: Path, seed: int) -> tuple[str, float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from nni_hwaware.report.spread import over_seeds
     from nni_hwaware.strategies.gumbel import run_pipeline
-    from nni_hwaware.strategies.gumbel.search import _target_ratios
+    from nni_hwaware.strategies.gumbel.points import _target_ratios
 
     config = _config(args)
     targeted = config.penalty.latency_target is not None

@@ -77,7 +77,7 @@ def _search(strategy: Any, named: Any, config: Any, epochs: int, out: Path) -> f
     from nni.nas.space import RawFormatModelSpace
 
     from nni_hwaware.profiling import fixed_threads
-    from nni_hwaware.strategies.gumbel.search import gumbel_evaluator
+    from nni_hwaware.strategies.gumbel.evaluator import gumbel_evaluator
 
     start = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
@@ -131,7 +131,8 @@ def one_seed(args: argparse.Namespace, named: Any, model: Any, seed: int) -> dic
 
     from nni_hwaware.profiling import BYTES_PER_MB, measure_module
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig, HardwareGumbelDARTS
-    from nni_hwaware.strategies.gumbel.search import SearchOutcome, measured_export
+    from nni_hwaware.strategies.gumbel.export_check import measured_export
+    from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
     from nni_hwaware.training.train import TrainConfig, train_architecture
 
     out = args.out / f"seed_{seed}"

@@ -99,7 +99,7 @@ def test_ppo_and_gumbel_through_nas_experiment_on_any_space(spec: str, tables: d
 
     from nni_hwaware.strategies.evaluator import hardware_evaluator
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig, HardwareGumbelDARTS
-    from nni_hwaware.strategies.gumbel.search import gumbel_evaluator
+    from nni_hwaware.strategies.gumbel.evaluator import gumbel_evaluator
     from nni_hwaware.strategies.ppo.strategy import PPOStrategy
 
     named = resolve_space(spec, **SPACES[spec])

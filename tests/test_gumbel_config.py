@@ -14,7 +14,7 @@ from nni_hwaware.strategies.gumbel import (
     StagingConfig,
     TemperatureConfig,
 )
-from nni_hwaware.strategies.gumbel.config import DEFAULT_TARGETS as _DEFAULTS
+from nni_hwaware.strategies.gumbel.strategy_config import DEFAULT_TARGETS as _DEFAULTS
 
 DEFAULT_TARGETS = (_DEFAULTS["latency_target"], _DEFAULTS["memory_target"])
 
@@ -65,7 +65,7 @@ def test_an_exponent_with_a_target_is_one_line() -> None:
 
 
 def test_sweep_targets_parse_and_name_their_points() -> None:
-    from nni_hwaware.strategies.gumbel.search import point_name, point_text, search_points
+    from nni_hwaware.strategies.gumbel.points import point_name, point_text, search_points
 
     config = GumbelSearchConfig.from_dict({"sweep": {"targets": ["30%", "45%", 2.5]}})
     assert config.sweep.targets == ("30%", "45%", 2.5) and config.sweep.alphas == ()

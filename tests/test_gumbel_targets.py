@@ -341,7 +341,7 @@ def test_a_target_no_network_reaches_is_one_line_before_the_search(tmp_path: Pat
 
 def test_refit_corrects_each_target_by_the_found_networks_predicted_over_measured_ratio(tmp_path) -> None:
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig
-    from nni_hwaware.strategies.gumbel.search import check_refit, refit_changes
+    from nni_hwaware.strategies.gumbel.refit import check_refit, refit_changes
 
     config = GumbelSearchConfig().replace(**{"out": str(tmp_path), "penalty.latency_target": "45%",
                                              "penalty.memory_target": 5.1})
@@ -371,7 +371,8 @@ def test_an_export_measured_over_its_target_is_exported_again_under_a_limit_lowe
     import nni_hwaware.training.compare as compare
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig
-    from nni_hwaware.strategies.gumbel.search import SearchOutcome, measured_export
+    from nni_hwaware.strategies.gumbel.export_check import measured_export
+    from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
 
     model, space = _model(), resolve_space(tiny_config())
     assert space.baseline(model) == {"layer1_0": "bottleneck", "layer2_0": "bottleneck"}  # 2.75 ms
@@ -437,7 +438,8 @@ def _checked_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, measure: Ca
     import nni_hwaware.training.compare as compare
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig
-    from nni_hwaware.strategies.gumbel.search import SearchOutcome, measured_export
+    from nni_hwaware.strategies.gumbel.export_check import measured_export
+    from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
 
     monkeypatch.setattr(compare, "measure_against_reference", measure)
     config = GumbelSearchConfig.from_dict({"out": str(tmp_path), "seed": 0, "penalty": {
@@ -472,7 +474,7 @@ def test_an_export_check_whose_interval_holds_the_target_is_timed_longer_and_dec
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On a busy machine 4 s give 0.74 (0.66-0.82) for a network truly at 0.76, over a 75 % target: the point
     estimate says within. The check times it 4x as long, finds it over, and exports a cheaper one."""
-    from nni_hwaware.strategies.gumbel.search import EXPORT_CHECK_SECONDS, UNDECIDED_FACTOR
+    from nni_hwaware.strategies.gumbel.export_check import EXPORT_CHECK_SECONDS, UNDECIDED_FACTOR
 
     model = _model()
     first = {"layer1_0": "bottleneck", "layer2_0": "skip"}  # 0.709 of the reference by the table
@@ -498,7 +500,8 @@ def test_an_export_no_network_of_which_measures_within_its_target_keeps_the_near
     import nni_hwaware.training.compare as compare
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig
-    from nni_hwaware.strategies.gumbel.search import SearchOutcome, measured_export
+    from nni_hwaware.strategies.gumbel.export_check import measured_export
+    from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
 
     model, space = _model(), resolve_space(tiny_config())
 
@@ -532,7 +535,8 @@ def test_an_export_measured_far_under_its_target_after_a_correction_lands_closer
     import nni_hwaware.training.compare as compare
     from nni_hwaware.spaces.resolve import resolve_space
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig
-    from nni_hwaware.strategies.gumbel.search import SearchOutcome, measured_export
+    from nni_hwaware.strategies.gumbel.export_check import measured_export
+    from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
 
     space = resolve_space(tiny_config())
     reference = {"layer1_0": "bottleneck", "layer2_0": "bottleneck"}

@@ -14,7 +14,7 @@ from nni_hwaware.cost_model import load_or_profile, space_model
 from nni_hwaware.spaces.resolve import resolve_space
 from nni_hwaware.strategies.evaluator import hardware_evaluator
 from nni_hwaware.strategies.gumbel import GumbelSearchConfig, HardwareGumbelDARTS
-from nni_hwaware.strategies.gumbel.search import gumbel_evaluator
+from nni_hwaware.strategies.gumbel.evaluator import gumbel_evaluator
 from nni_hwaware.strategies.ppo.strategy import PPOStrategy
 
 

@@ -169,7 +169,7 @@ def measured_markdown(result: ModelResult) -> str:
     if comparison.get("predicted_memory_ratio") is not None:
         lines.append(f"- memory ratio, predicted: {comparison['predicted_memory_ratio']:.3f}")
     check = result.extra.get("export_check")
-    if check and check.get("expected_latency_ratio") is not None:  # see strategies.gumbel.search.measured_export
+    if check and check.get("expected_latency_ratio") is not None:  # see strategies.gumbel.export_check.measured_export
         lines.append(f"- at export: latency ratio expected {check['expected_latency_ratio']:.3f} (the table "
                      f"corrected by the earlier export checks), measured {check['measured_latency_ratio']:.3f} "
                      f"in the export check; memory ratio expected {check['expected_memory_ratio']:.3f}")

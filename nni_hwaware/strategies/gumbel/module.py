@@ -15,23 +15,14 @@ batch, then a weight step on a training batch (first-order DARTS). What changes:
   step, so neither momentum nor weight decay moves them) and sets the stage's
   temperature; a stage ends on patience or its epoch limit;
 * after each epoch the most probable architecture is evaluated on the validation
-  split, and the epoch's record (validation top-1/top-3, expected latency and
-  memory under ``softmax(alpha)``, stage, temperature, loss) is reported to NNI as
-  an intermediate result and kept in :attr:`history`;
-* a non-finite loss (CE, a penalty term or their sum) or architecture parameter
-  stops the search before the next update, with an :class:`~nni_hwaware.errors.HwAwareError`
-  of one line: stage, epoch, step, the term that diverged, the last finite losses
-  and what to change. Nothing is exported and no checkpoint of the diverged state
-  is written (Lightning re-raises it unchanged);
-* a searching stage that collapses -- an epoch whose training top-1 (the weight steps'
-  batches, under the sampled masks) has fallen to near chance (below ``stages.collapse_accuracy``,
-  by default 1.5 / the number of classes, after an earlier epoch above it; a network that
-  has not learned yet has not collapsed) while the cost terms are more than
-  ``stages.collapse_cost_share`` of the architecture loss -- stops the search with one
-  warning line (logger ``nni_hwaware.gumbel``), recorded in the epoch's record, the stage
-  log and :attr:`HardwareGumbelModule.collapse`; the architecture parameters go back to
-  those of the last epoch that did not collapse, so the export is that distribution's
-  network, not one that cannot learn.
+  split, and the epoch's record is reported to NNI as an intermediate result and kept
+  in :attr:`history` (:class:`~nni_hwaware.strategies.gumbel.epoch_metrics.EpochMetrics`);
+* a non-finite loss or architecture parameter stops the search with one line, and a
+  searching stage that collapses (training accuracy near chance while the cost terms
+  dominate the loss) stops it and exports the architecture of the last epoch before the
+  collapse (:class:`~nni_hwaware.strategies.gumbel.guards.SearchGuards`);
+* the search's state goes into Lightning's checkpoints as plain types and tensors, so an
+  interrupted search resumes with ``torch.load(weights_only=True)``.
 
 BatchNorm layers of frozen blocks keep normalising with batch statistics (their
 running averages are not parameters and are not used by the retrained network).
@@ -39,8 +30,6 @@ running averages are not parameters and are not used by the retrained network).
 
 from __future__ import annotations
 
-import logging
-import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -53,29 +42,23 @@ from nni.nas.oneshot.pytorch.differentiable import (
 from torch import nn
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.strategies.gumbel.config import StagingConfig, TemperatureConfig
+from nni_hwaware.strategies.gumbel.epoch_metrics import EpochMetrics, report_to_nni
+from nni_hwaware.strategies.gumbel.guards import SearchGuards
 from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
 from nni_hwaware.strategies.gumbel.staged import StagePlan
+from nni_hwaware.strategies.gumbel.strategy_config import StagingConfig, TemperatureConfig
 from nni_hwaware.strategies.gumbel.supernet import LabelMasks
 
 __all__ = ["HardwareGumbelModule"]
 
 Reporter = Callable[[dict[str, Any]], None]
 
-_logger = logging.getLogger("nni_hwaware.gumbel")
-
-
-def _report_to_nni(metric: dict[str, Any]) -> None:
-    import nni
-
-    nni.report_intermediate_result(metric)
-
 
 def _loss_of(output: Any) -> torch.Tensor:
     return output["loss"] if isinstance(output, dict) else output
 
 
-class HardwareGumbelModule(GumbelDartsLightningModule):
+class HardwareGumbelModule(EpochMetrics, SearchGuards, GumbelDartsLightningModule):
     """See the module docstring. Built by :class:`~nni_hwaware.strategies.gumbel.HardwareGumbelDARTS`."""
 
     def __init__(self, training_module: Any, *, penalty: HardwarePenalty, masks: LabelMasks,
@@ -92,7 +75,7 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         self.staging = staging
         self.arc_weight_decay = arc_weight_decay
         self.arc_every = arc_every
-        self.report = report or _report_to_nni
+        self.report = report or report_to_nni
         self.plan: StagePlan | None = None
         #: One record per finished epoch (what is reported to NNI).
         self.history: list[dict[str, Any]] = []
@@ -157,10 +140,6 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             self._logits_hook = self.training_module.register_forward_hook(self._keep_logits)
         return super().setup(stage)
 
-    def _keep_logits(self, module: nn.Module, inputs: Any, output: Any) -> None:
-        if self._capture and isinstance(output, torch.Tensor):
-            self._captured = output.detach()
-
     def configure_architecture_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.arch_parameters(), self.arc_learning_rate, betas=(0.5, 0.999),
                                 weight_decay=self.arc_weight_decay)
@@ -205,9 +184,6 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             self._last_good = {"epoch": -1, "logits": self._logits()}
         return super().on_train_start()
 
-    def _logits(self) -> dict[str, torch.Tensor]:
-        return {str(label): alpha.detach().clone() for label, alpha in self.masks.alphas.items()}
-
     def on_train_epoch_start(self) -> Any:
         if self.plan is None or self.plan.done:
             raise RuntimeError("the stage plan is finished; nothing left to train")
@@ -224,48 +200,6 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
             p.grad = None
 
     # -- steps -----------------------------------------------------------------------
-    def _diverged(self, batch_idx: int, update: str, what: str) -> HwAwareError:
-        """The one-line error of a search whose loss or architecture parameters stopped being finite."""
-        stage = self.plan.current.name if self.plan is not None and not self.plan.done else "?"
-        if self._last_finite:
-            epoch, step = self._last_finite_at
-            last = (f"last finite losses (epoch {epoch}, step {step}): "
-                    + ", ".join(f"{k}={v:.4g}" for k, v in self._last_finite.items()))
-        else:
-            last = "no finite loss before it"
-        hparams = getattr(self.training_module, "hparams", {})
-        lr = hparams.get("learning_rate") if hasattr(hparams, "get") else None
-        c = self.hardware_penalty.config
-        if self.hardware_penalty.has_targets and c.controller == "pi":  # the controller's gains move the weights
-            weights = f"the targets' controller gains (penalty.dual_lr {c.dual_lr:g}, penalty.dual_gain {c.dual_gain:g})"
-        elif self.hardware_penalty.has_targets:  # the projection solves the weights: the targets set them
-            weights = (f"raise the targets (penalty.latency_target {c.latency_target}, "
-                       f"memory_target {c.memory_target})")
-        else:
-            weights = f"the penalty weights (penalty.alpha {c.alpha:g}, penalty.gamma {c.gamma:g})"
-        return HwAwareError(
-            f"the search diverged at stage {stage} epoch {self.current_epoch} (step {batch_idx}, {update}): "
-            f"{what}; {last}; lower the learning rates (search.lr{f' {lr:g}' if lr is not None else ''}, "
-            f"search.arc_lr {self.arc_learning_rate:g}) or {weights}, or set search.gradient_clip, and start afresh "
-            "(search.resume: false; a resumed search keeps its checkpoint's learning rates)")
-
-    def _check_finite(self, batch_idx: int, update: str, values: dict[str, float]) -> None:
-        """Raise :meth:`_diverged` if a value is NaN/inf, else remember them as the last finite losses."""
-        bad = {k: v for k, v in values.items() if not math.isfinite(v)}
-        if bad:
-            terms = [k for k in bad if k != "total"] or ["total"]
-            what = (f"the {terms[0]} became {bad[terms[0]]}" if len(terms) == 1
-                    else "the " + " and ".join(f"{k} ({bad[k]})" for k in terms) + " became non-finite")
-            raise self._diverged(batch_idx, update, what)
-        self._last_finite.update(values)
-        self._last_finite_at = (self.current_epoch, batch_idx)
-
-    def _accumulate(self, **values: float) -> None:
-        """Add to the epoch's running sums; each key is averaged over the steps that gave it."""
-        for key, value in values.items():
-            total, count = self._sums.get(key, (0.0, 0))
-            self._sums[key] = (total + value, count + 1)
-
     def _architecture_backward(self, loss: torch.Tensor) -> list[nn.Parameter]:
         """Gradients of ``loss`` for the architecture parameters being searched (returned).
 
@@ -328,142 +262,6 @@ class HardwareGumbelModule(GumbelDartsLightningModule):
         self._accumulate(weight_loss=w_value)
         return w_loss
 
-    def _count_correct(self, batch: Any) -> None:
-        """Add the weight step's correct predictions to the epoch's training top-1 (no host sync); a batch
-        that is not ``(inputs, class indices)`` or logits that are not ``(batch, classes)`` count nothing."""
-        logits, self._captured = self._captured, None
-        target = batch[1] if isinstance(batch, (list, tuple)) and len(batch) == 2 else None
-        if (logits is None or not isinstance(target, torch.Tensor) or logits.dim() != 2 or target.dim() != 1
-                or len(target) != len(logits) or target.is_floating_point()):
-            return
-        self._classes = int(logits.shape[1])
-        correct = (logits.argmax(dim=1) == target).sum()
-        self._train_counts += torch.stack([correct, torch.tensor(len(target), device=correct.device)]).to(
-            self._train_counts)
-
-    # -- per-epoch evaluation and reporting ----------------------------------------
-    def on_validation_epoch_start(self) -> None:
-        self._val = torch.zeros(3, device=self.device)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        x, y = batch
-        logits = self.training_module(x)
-        top = logits.topk(min(3, logits.shape[1]), dim=1).indices
-        self._val += torch.stack([(top[:, 0] == y).sum(), (top == y[:, None]).any(dim=1).sum(),
-                                  torch.tensor(len(y), device=y.device)]).to(self._val)
-
-    def on_validation_epoch_end(self) -> None:
-        if self.trainer.sanity_checking:
-            return
-        self._end_epoch()
-
-    def on_train_epoch_end(self) -> Any:
-        if self._epoch_closed != self.current_epoch:  # no validation ran this epoch
-            self._end_epoch()
-        return super().on_train_epoch_end()
-
-    def architecture(self) -> dict[str, Any]:
-        """The most probable value of every label (what the search exports now)."""
-        return self.masks.architecture()
-
-    @torch.no_grad()
-    def expected_costs(self) -> dict[str, float]:
-        """Latency and memory expected under ``softmax(alpha)``, and predicted for the current argmax."""
-        penalty = self.hardware_penalty
-        latency, memory = penalty.expected_costs({label: self.masks.probabilities(label) for label in self.masks.labels})
-        arch_latency, arch_memory = penalty.expected_costs(penalty._one_hot(self.architecture()))
-        return {"expected_latency_ms": float(latency), "expected_memory_mb": float(memory),
-                "arch_latency_ms": float(arch_latency), "arch_memory_mb": float(arch_memory)}
-
-    def _end_epoch(self) -> None:
-        plan = self.plan
-        if plan is None or plan.done:
-            return
-        self._epoch_closed = self.current_epoch
-        counts = self.trainer.strategy.reduce(self._val.clone(), reduce_op="sum")
-        total = float(counts[2])
-        val_top1 = float(counts[0]) / total if total else float("nan")
-        val_top3 = float(counts[1]) / total if total else float("nan")
-        means = {key: total / count for key, (total, count) in self._sums.items()}
-        stage, stage_epoch, temperature = plan.current.name, plan.epoch_in_stage, plan.temperature_now()
-        train = self.trainer.strategy.reduce(self._train_counts.clone(), reduce_op="sum")
-        train_top1 = float(train[0]) / float(train[1]) if float(train[1]) else float("nan")
-        penalty, ce = means.get("penalty"), means.get("ce")
-        cost_share = (penalty / (penalty + ce) if plan.current.searches and penalty is not None and ce is not None
-                      and penalty + ce > 0 else 0.0)
-        cost_share = float(self.trainer.strategy.reduce(torch.tensor(cost_share, device=self.device),
-                                                        reduce_op="mean"))
-        collapsed = self._collapsed(train_top1, cost_share)
-        loss = means.get("loss", float("nan"))
-        decision = plan.stop(loss, "collapse") if collapsed else plan.end_epoch(loss)
-        record: dict[str, Any] = {
-            "default": val_top1, "val_top1": val_top1, "val_top3": val_top3,
-            **self.expected_costs(), "stage": stage, "stage_epoch": stage_epoch, "epoch": self.current_epoch,
-            "temperature": temperature, **means, "train_top1": train_top1, "cost_share": cost_share,
-            "decision": decision, "arch": self.architecture(),
-        }
-        if collapsed:
-            record["collapsed"] = True
-            self._restore_last_good(stage, record, train_top1, cost_share)
-        else:
-            self._last_good = {"epoch": self.current_epoch, "logits": self._logits()}
-            if math.isfinite(train_top1) and train_top1 > self._best_train[0]:
-                self._best_train = (train_top1, self.current_epoch)
-        if self.hardware_penalty.has_targets:  # the weights the targets set, this epoch's end
-            latency_weight, memory_weight = self.hardware_penalty.weights.tolist()
-            stage_latency, stage_memory = self.hardware_penalty.stage_targets.tolist()
-            record.update(latency_weight=latency_weight, memory_weight=memory_weight,
-                          stage_latency_target_ms=stage_latency, stage_memory_target_mb=stage_memory)
-        self.history.append(record)
-        numeric = {f"search/{k}": float(v) for k, v in record.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "default"}
-        self.log_dict(numeric)
-        if self.trainer.is_global_zero:
-            self.report({k: (v if not isinstance(v, dict) else _arch_text(v)) for k, v in record.items()})
-        if decision in ("done", "stopped"):
-            self.trainer.should_stop = True
-
-    def collapse_threshold(self) -> float | None:
-        """The training top-1 below which an epoch is near chance (None: unknown classes, or the guard is off)."""
-        share = self.staging.collapse_accuracy
-        if share is None:
-            return 1.5 / self._classes if self._classes else None
-        return share or None
-
-    def _collapsed(self, train_top1: float, cost_share: float) -> bool:
-        """Near chance now, above it in an earlier epoch, and the cost terms dominate the loss."""
-        threshold = self.collapse_threshold()
-        return (threshold is not None and math.isfinite(train_top1) and train_top1 < threshold
-                and self._best_train[0] >= threshold and cost_share > self.staging.collapse_cost_share)
-
-    @torch.no_grad()
-    def _restore_last_good(self, stage: str, record: dict[str, Any], train_top1: float, cost_share: float) -> None:
-        """Put back the architecture parameters of the last epoch that did not collapse; say so in one line."""
-        good = self._last_good or {"epoch": -1, "logits": self._logits()}
-        for label, alpha in self.masks.alphas.items():
-            alpha.copy_(good["logits"][str(label)].to(alpha))
-        restored = self.architecture()
-        threshold = self.collapse_threshold()
-        since = (f"the architecture of epoch {good['epoch']}, the last before it" if good["epoch"] >= 0
-                 else "the starting architecture distribution (no epoch before it)")
-        c = self.hardware_penalty.config
-        lower = (f"raise the targets (penalty.latency_target {c.latency_target}, memory_target {c.memory_target})"
-                 if self.hardware_penalty.has_targets else
-                 f"lower the penalty weights (penalty.alpha {c.alpha:g}, penalty.gamma {c.gamma:g})")
-        best, best_epoch = self._best_train
-        line = (f"the search collapsed at stage {stage} epoch {self.current_epoch}: training top-1 fell to "
-                f"{100 * train_top1:.1f} % (epoch {best_epoch}: {100 * best:.1f} %), near chance (below "
-                f"{100 * threshold:.1f} %), while the cost terms are "
-                f"{100 * cost_share:.0f} % of the loss; stopped, exporting {since}: {_arch_text(restored)}; "
-                f"{lower} or warm the weights up first (stages.warmup_epochs)")
-        self.collapse = {"stage": stage, "epoch": self.current_epoch, "train_top1": train_top1,
-                         "best_train_top1": best, "best_epoch": best_epoch,
-                         "threshold": threshold, "cost_share": cost_share, "restored_epoch": good["epoch"],
-                         "collapsed_arch": record["arch"], "arch": restored, "line": line}
-        record["collapse"] = line
-        if self.trainer.is_global_zero:
-            _logger.warning("%s", line)
-
     def on_fit_end(self) -> None:
         # The evaluator's own final report reads metrics this module does not log.
         return None
@@ -507,9 +305,3 @@ def _label_of(module: nn.Module) -> str | None:
     if isinstance(alphas, (dict, nn.ParameterDict)) and len(alphas):
         return str(next(iter(alphas)))  # a Repeat's depth or a mixed operation
     return None
-
-
-def _arch_text(arch: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(arch, separators=(",", ":"))

@@ -1,4 +1,4 @@
-"""The differentiable hardware penalty of the Gumbel search (seed 001 step 6).
+"""The differentiable hardware penalty of the Gumbel search: the terms a*lat^b + g*mem^d of the loss.
 
 For the Gumbel-softmax masks ``m_l`` of every label ``l`` of the space -- the very
 masks the forward pass weighted the candidates, depths and widths with, one per
@@ -15,7 +15,7 @@ space (one label per layer ``i``, candidate ``j``) this is:
 
 (``memory="table"``: weights plus the largest activation working set, what
 :meth:`~nni_hwaware.cost_model.SpaceCostModel.predict` gives for a one-hot ``m``), or
-with ``memory="sum"`` the seed's literal ``sum_ij m_ij (param_ij + act_ij)``.
+with ``memory="sum"`` the literal per-block sum ``sum_ij m_ij (param_ij + act_ij)``.
 The penalty is
 
 .. math::
@@ -65,7 +65,7 @@ from torch import nn
 
 from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.strategies.gumbel.config import PenaltyConfig
+from nni_hwaware.strategies.gumbel.strategy_config import PenaltyConfig
 
 __all__ = ["HardwarePenalty"]
 

@@ -1,4 +1,4 @@
-"""The stage plan of a staged search (seed 001 step 7): who is searched when, and when to move on.
+"""The stage plan of a staged search (upper, lower or all layers): who is searched when, and when to move on.
 
 :class:`StagePlan` is plain Python (no torch, no Lightning): the Lightning module
 asks it, at the start of each epoch, which layers are searched and at what
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.strategies.gumbel.config import StagingConfig, TemperatureConfig
+from nni_hwaware.strategies.gumbel.strategy_config import StagingConfig, TemperatureConfig
 
 __all__ = ["Stage", "StagePlan"]
 

@@ -22,12 +22,14 @@ import yaml
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["check_config", "check_training_service"]
+__all__ = ["check_config", "check_training_service", "load_config", "remote_platforms"]
 
 PPO_NAMES = ("HardwarePPO", "nni_hwaware.strategies.ppo.tuner.PPOTuner")
 
 
-def _load(path: Path) -> dict[str, Any]:
+def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings of the nnictl config at ``path``; :class:`HwAwareError` when it is missing or no mapping."""
+    path = Path(path)
     if not path.is_file():
         raise HwAwareError(f"config file {path} does not exist")
     try:
@@ -82,14 +84,22 @@ def check_training_service(config: dict[str, Any], name: str) -> list[str]:
     return notes
 
 
+def remote_platforms(path: str | os.PathLike[str]) -> list[str]:
+    """The training services of the config at ``path`` whose trials run on other machines."""
+    services = load_config(Path(path).resolve()).get("trainingService") or {}
+    services = services if isinstance(services, list) else [services]
+    return [str(s.get("platform")) for s in services if isinstance(s, dict) and s.get("platform") != "local"]
+
+
 def check_config(path: str | os.PathLike[str]) -> list[str]:
     """Raise :class:`HwAwareError` on the first problem; return notes on what will happen."""
     from nni_hwaware.spaces.choices import allowed_values
     from nni_hwaware.strategies.budget import BudgetMask
-    from nni_hwaware.strategies.job import SearchJob, load_cost_model
+    from nni_hwaware.strategies.job import load_cost_model
+    from nni_hwaware.strategies.ppo.job import PPOJob as SearchJob
 
     path = Path(path).resolve()
-    config = _load(path)
+    config = load_config(path)
     base = path.parent
     tuner = config.get("tuner") or {}
     name = tuner.get("name") or tuner.get("className")

@@ -1,5 +1,9 @@
 """Drive real NNI 3.0 experiments through ``nnictl``: create, poll the REST API, stop.
 
+Every ``nnictl`` command of the package runs through :func:`run_nnictl` (the
+command line's ``create``/``resume``/``view`` too, by way of
+:mod:`nni_hwaware.experiment.launch`).
+
 Where NNI 3.0 writes (found by running it on Linux):
 
 * All files of one experiment (``log/nnimanager.log``, ``log/dispatcher.log``,
@@ -37,10 +41,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -48,8 +52,8 @@ from nni_hwaware.errors import HwAwareError
 from nni_hwaware.experiment.portal import listeners, portal_env
 
 __all__ = [
-    "TERMINAL_STATUSES", "RunningExperiment", "create_experiment", "free_port",
-    "nnictl_path", "parse_metric", "port_open", "write_config",
+    "TERMINAL_STATUSES", "NnictlRun", "RunningExperiment", "create_experiment", "free_port",
+    "nnictl_path", "parse_metric", "port_open", "register_tuner", "run_nnictl", "write_config",
 ]  # fmt: skip
 
 #: Statuses after which nothing more happens. ``NO_MORE_TRIAL`` is *not* one: the
@@ -112,21 +116,63 @@ def parse_metric(data: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"default": value}
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[bool, str]:
-    """Run ``cmd``; (succeeded, its stdout and stderr without colour codes)."""
+@dataclass(frozen=True)
+class NnictlRun:
+    """What one ``nnictl`` command did (see :func:`run_nnictl`)."""
+
+    #: The command line run, ``nnictl``'s path first.
+    command: list[str]
+    #: Its exit status; None when it was stopped at the timeout.
+    returncode: int | None
+    #: Its stdout, with stderr merged in unless ``output="separate"``; colour codes removed.
+    output: str = ""
+    #: Its stderr with ``output="separate"``, colour codes removed.
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Whether it exited with status 0."""
+        return self.returncode == 0
+
+
+def run_nnictl(args: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float | None = None,
+               output: Literal["merged", "separate", "terminal"] = "merged") -> NnictlRun:
+    """Run ``nnictl <args>`` (the one of :func:`nnictl_path`): every nnictl command of the package runs here.
+
+    ``env`` defaults to this process's environment. ``output`` says where nnictl's output goes:
+    ``"merged"`` captures stdout and stderr together in :attr:`NnictlRun.output`, ``"separate"``
+    captures them apart, ``"terminal"`` leaves both on this process's (for a user to watch). A
+    command still running after ``timeout`` seconds is stopped: its ``returncode`` is None and its
+    output ends with a line that says so.
+    """
+    cmd = [nnictl_path(), *args]
+    env = dict(os.environ if env is None else env)
+    if output == "terminal":
+        try:
+            return NnictlRun(cmd, subprocess.call(cmd, env=env, timeout=timeout))
+        except subprocess.TimeoutExpired:
+            return NnictlRun(cmd, None, f"(timed out after {timeout:g} s)")
+    stderr = subprocess.STDOUT if output == "merged" else subprocess.PIPE
     try:
-        done = subprocess.run(
-            cmd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
-        )
-        return done.returncode == 0, _ANSI.sub("", done.stdout)
+        done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=timeout)
+        return NnictlRun(cmd, done.returncode, _ANSI.sub("", done.stdout), _ANSI.sub("", done.stderr or ""))
     except subprocess.TimeoutExpired as exc:
         out = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else exc.output
-        return False, _ANSI.sub("", out or "") + f"\n(timed out after {timeout:g} s)"
+        return NnictlRun(cmd, None, _ANSI.sub("", out or "") + f"\n(timed out after {timeout:g} s)")
+
+
+def register_tuner() -> None:
+    """Register the PPO tuner with ``nnictl algo register`` as the builtin ``HardwarePPO``.
+
+    Raises :class:`HwAwareError` with the last line nnictl wrote on stderr when it fails.
+    """
+    from importlib import resources
+
+    meta = resources.files("nni_hwaware.strategies.ppo") / "nni_algo_meta.yml"
+    with resources.as_file(meta) as path:
+        done = run_nnictl(["algo", "register", "--meta_path", str(path)], output="separate")
+    if not done.ok:
+        raise HwAwareError(f"nnictl algo register failed: {done.stderr.strip().splitlines()[-1:]}")
 
 
 def _tail(path: Path, lines: int = 10) -> str:
@@ -238,8 +284,9 @@ class RunningExperiment:
         output = ""
         if not self._stopped:
             self._stopped = True
-            ok, output = _run([nnictl_path(), "stop", self.id], self.env, timeout)
-            if not ok:
+            done = run_nnictl(["stop", self.id], env=self.env, timeout=timeout)
+            output = done.output
+            if not done.ok:
                 raise RuntimeError(f"nnictl stop {self.id} failed:\n{output}")
         deadline = time.monotonic() + timeout
         while port_open(self.port):
@@ -276,11 +323,11 @@ class RunningExperiment:
         """``nnictl resume <id>`` a stopped or killed experiment; returns the new handle."""
         port = free_port() if port is None else port
         env = portal_env(self.env, expose=not local_only)
-        cmd = [nnictl_path(), "resume", self.id, "--port", str(port), "--experiment_dir", str(self.workdir)]
-        ok, output = _run(cmd, env, timeout)
-        if not ok or not port_open(port):
-            tail = "\n".join(output.strip().splitlines()[-30:])
-            raise RuntimeError(f"{' '.join(cmd)} failed; its output ends with:\n{tail}")
+        done = run_nnictl(["resume", self.id, "--port", str(port), "--experiment_dir", str(self.workdir)],
+                          env=env, timeout=timeout)
+        if not done.ok or not port_open(port):
+            tail = "\n".join(done.output.strip().splitlines()[-30:])
+            raise RuntimeError(f"{' '.join(done.command)} failed; its output ends with:\n{tail}")
         return RunningExperiment(self.id, port, self.workdir, env)
 
     def __enter__(self) -> RunningExperiment:
@@ -327,8 +374,8 @@ def create_experiment(
     if not in_env and "NNI_CONFIG_DIR" not in full_env:
         full_env["NNI_CONFIG_DIR"] = str(Path.home() / ".config" / "nni")
     full_env = portal_env(full_env, expose=not local_only)
-    cmd = [nnictl_path(), "create", "--config", str(config_path), "--port", str(port)]
-    ok, output = _run(cmd, full_env, timeout)
+    done = run_nnictl(["create", "--config", str(config_path), "--port", str(port)], env=full_env, timeout=timeout)
+    ok, output = done.ok, done.output
     found = re.search(r"Experiment ID:\s*(\w+)", output) or re.search(r"nnictl stop (\w+)", output)
     experiment = RunningExperiment(found.group(1), port, base, full_env) if found else None
     if not ok or experiment is None or not port_open(port):
@@ -336,5 +383,5 @@ def create_experiment(
             with contextlib.suppress(Exception):
                 experiment.stop()
         tail = "\n".join(output.strip().splitlines()[-30:])
-        raise RuntimeError(f"{' '.join(cmd)} failed; its output ends with:\n{tail}")
+        raise RuntimeError(f"{' '.join(done.command)} failed; its output ends with:\n{tail}")
     return experiment

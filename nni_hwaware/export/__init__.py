@@ -6,7 +6,8 @@
   PyTorch on a batch;
 * :mod:`~nni_hwaware.export.deliverables`: all of them written for a trained network,
   evaluated on the test split and timed with ONNX Runtime against the baseline;
-  ``nni-hwaware export`` on the command line.
+* :mod:`~nni_hwaware.export.source`: which network to export (a checkpoint, a finished
+  search's found network, an architecture JSON), as ``nni-hwaware export`` chooses it.
 """
 
 from nni_hwaware.export.checkpoint import (
@@ -32,6 +33,7 @@ from nni_hwaware.export.formats import (
     file_name,
     load_exported,
 )
+from nni_hwaware.export.source import ExportSource, architecture_spec, export_source, search_results
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -39,8 +41,11 @@ __all__ = [
     "FORMATS",
     "Checkpoint",
     "ExportCheck",
+    "ExportSource",
+    "architecture_spec",
     "deliver",
     "export_network",
+    "export_source",
     "exported_accuracy",
     "file_name",
     "load_checkpoint",
@@ -49,6 +54,7 @@ __all__ = [
     "onnx_available",
     "output_dir",
     "save_checkpoint",
+    "search_results",
     "time_onnx",
     "write_deliverables",
 ]

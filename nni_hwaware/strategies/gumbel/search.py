@@ -13,8 +13,7 @@ terms dominate the loss) stops with one line and exports the last architecture b
 collapse (``SearchOutcome.collapse``).
 
 The whole job around it (cost model, export check, retraining, sweep, report) is
-:func:`~nni_hwaware.strategies.gumbel.pipeline.run_pipeline`. The evaluator, the export check,
-the sweep's points and the refit were in this module once and stay importable from here.
+:func:`~nni_hwaware.strategies.gumbel.pipeline.run_pipeline`.
 """
 
 from __future__ import annotations
@@ -33,18 +32,8 @@ from nni_hwaware.files import write_json
 from nni_hwaware.profiling import fixed_threads
 from nni_hwaware.spaces.config import SpaceConfig
 from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
-from nni_hwaware.strategies.gumbel.evaluator import EpochShuffle as EpochShuffle
 from nni_hwaware.strategies.gumbel.evaluator import gumbel_evaluator
-from nni_hwaware.strategies.gumbel.export_check import EXPORT_CHECK_SECONDS as EXPORT_CHECK_SECONDS
-from nni_hwaware.strategies.gumbel.export_check import UNDECIDED_FACTOR as UNDECIDED_FACTOR
-from nni_hwaware.strategies.gumbel.export_check import measured_export as measured_export
 from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
-from nni_hwaware.strategies.gumbel.points import _target_ratios as _target_ratios
-from nni_hwaware.strategies.gumbel.points import point_name as point_name
-from nni_hwaware.strategies.gumbel.points import point_text as point_text
-from nni_hwaware.strategies.gumbel.points import search_points as search_points
-from nni_hwaware.strategies.gumbel.refit import check_refit as check_refit
-from nni_hwaware.strategies.gumbel.refit import refit_changes as refit_changes
 
 __all__ = ["SearchOutcome", "gumbel_evaluator", "search"]
 

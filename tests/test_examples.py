@@ -32,10 +32,10 @@ def test_main_job_config_runs_to_the_report(tmp_path: Path) -> None:
     template = _absolute(yaml.safe_load((ROOT / "config.yml").read_text()), ROOT)
     template["tuner"]["classArgs"].update(search_trials=4, train={"epochs": 1, "threads": 1},
                                           retrain={"epochs": 1, "threads": 1}, profile_seconds=5)
-    from nni_hwaware.strategies.job import SearchJob
+    from nni_hwaware.strategies.ppo.job import PPOJob
 
     # the trainings, the screening trials (at most one a measurement) and the retraining: check-config's figure
-    template["maxTrialNumber"] = SearchJob.from_dict(template["tuner"]["classArgs"]).max_trials()
+    template["maxTrialNumber"] = PPOJob.from_dict(template["tuner"]["classArgs"]).max_trials()
     config = write_config(template, tmp_path / "config.yml", tmp_path / "nni-experiments")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     with create_experiment(config, env=env) as experiment:

@@ -254,9 +254,9 @@ def test_a_tuner_resumed_in_the_middle_of_a_screen_waits_for_its_rerun_and_train
 
 
 def test_check_config_works_out_the_trials_a_screened_search_needs() -> None:
-    from nni_hwaware.strategies.job import SearchJob
+    from nni_hwaware.strategies.ppo.job import PPOJob
 
-    job = SearchJob.from_dict({"space": "digits", "search_trials": 24, "retrain": {"epochs": 1}, "screen": 8})
+    job = PPOJob.from_dict({"space": "digits", "search_trials": 24, "retrain": {"epochs": 1}, "screen": 8})
     assert job.screens and job.max_trials() == 24 + 36 + 1  # every training, 1.5 measurements each, the retraining
-    assert SearchJob.from_dict({"space": "digits", "search_trials": 24, "screen": 1}).max_trials() == 36  # a trial each
-    assert SearchJob.from_dict({"space": "digits", "search_trials": 24, "train_over_budget": True}).max_trials() == 24
+    assert PPOJob.from_dict({"space": "digits", "search_trials": 24, "screen": 1}).max_trials() == 36  # a trial each
+    assert PPOJob.from_dict({"space": "digits", "search_trials": 24, "train_over_budget": True}).max_trials() == 24

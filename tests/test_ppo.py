@@ -14,8 +14,8 @@ from nni_hwaware.cost_model import BlockCostModel, CostFactor, SpaceCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.spaces import SpaceConfig, StageConfig
 from nni_hwaware.strategies.budget import Budget, BudgetMask
+from nni_hwaware.strategies.gaussian_process import HammingGP, expected_improvement, normal_scores
 from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
-from nni_hwaware.strategies.ppo.policy import HammingGP, expected_improvement, normal_scores
 
 # Latency of every architecture of the hand-made table (fixed parts 0.75 ms):
 #   layer1_0: skip 0.1, basic 2.0, bottleneck 1.0;  layer2_0: skip 0.2, basic 4.0, bottleneck 1.0

@@ -42,7 +42,7 @@ from remote_service import SshWorker, skip_reason, ssh_worker
 
 from nni_hwaware.experiment import RunningExperiment, free_port, nnictl_path
 from nni_hwaware.experiment.check import check_config
-from nni_hwaware.strategies.job import SearchJob
+from nni_hwaware.strategies.ppo.job import PPOJob
 
 ROOT = Path(__file__).resolve().parents[1]
 SEARCH_TRIALS = 3
@@ -96,7 +96,7 @@ def _remote_config(job: Path, worker: SshWorker) -> tuple[Path, dict[str, Any]]:
     assert not Path(workdir).is_absolute(), "config.yml's experimentWorkingDirectory is expected inside the code"
     config.update({
         "trialCommand": _with_epochs(config["trialCommand"], EPOCHS),
-        "maxTrialNumber": SearchJob.from_dict(args).max_trials(),  # the trainings, the screens, the retraining
+        "maxTrialNumber": PPOJob.from_dict(args).max_trials(),  # the trainings, the screens, the retraining
         "maxExperimentDuration": "8m",
         "nniManagerIp": "127.0.0.1",
         "trainingService": {"platform": "remote", "machineList": [worker.machine()]},
@@ -143,7 +143,7 @@ def test_remote_example_mirrors_the_main_job() -> None:
     assert remote["tuner"]["classArgs"].keys() == main["tuner"]["classArgs"].keys()
     assert remote["trialCommand"].split("#")[0].split() == main["trialCommand"].split()
     # every training, the screening trials in the worst case (one candidate each), the retraining
-    assert remote["maxTrialNumber"] == SearchJob.from_dict(remote["tuner"]["classArgs"]).max_trials()
+    assert remote["maxTrialNumber"] == PPOJob.from_dict(remote["tuner"]["classArgs"]).max_trials()
     base = ROOT / "examples" / "remote"
     assert (base / remote["trialCodeDirectory"]).resolve() == ROOT  # uploaded with the root's .nniignore
     assert (base / remote["searchSpaceFile"]).resolve() == (ROOT / main["searchSpaceFile"]).resolve()

@@ -96,7 +96,7 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
     from nni_hwaware.spaces.choices import allowed_values
     from nni_hwaware.strategies.budget import BudgetMask
     from nni_hwaware.strategies.job import load_cost_model
-    from nni_hwaware.strategies.ppo.job import PPOJob as SearchJob
+    from nni_hwaware.strategies.ppo.job import PPOJob
 
     path = Path(path).resolve()
     config = load_config(path)
@@ -109,7 +109,7 @@ def check_config(path: str | os.PathLike[str]) -> list[str]:
     if "space" not in args:
         raise HwAwareError(f"{path.name}: tuner classArgs need space: the space to search")
     try:
-        job = SearchJob.from_dict(args, "tuner classArgs")
+        job = PPOJob.from_dict(args, "tuner classArgs")
         named = job.named()
     except HwAwareError as err:
         raise HwAwareError(f"{path.name}: {err}") from None

@@ -1,6 +1,6 @@
 """Hardware budgets from the cost table, and which choices keep a network inside them.
 
-Seed 000 step 2: the search must stay inside an upper bound of what a network may
+The search must stay inside an upper bound of what a network may
 use on the chip. A :class:`Budget` bounds latency and/or memory and/or FLOPs;
 :class:`BudgetMask` answers, while an architecture is chosen layer by layer,
 which candidates of the next layer still leave a way to finish under the budget:

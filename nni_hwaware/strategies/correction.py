@@ -20,10 +20,11 @@ ratio is the pair's leave-one-out residual, exact for ridge regression, so no pa
 judged by a fit that saw it). The quantile's rank is :math:`\\lceil (n+1)(1-\\delta)
 \\rceil` of ``n``, the finite-sample conformal rank (Vovk et al.; Lei et al. 2018), so
 with fewer than :math:`1/\\delta - 1` pairs there is none: until then the margin is the
-``prior_margin`` (from the table's own fidelity figures when the caller has them).
+``prior_margin`` (from the table's own fidelity figures when the caller has them,
+:func:`~nni_hwaware.strategies.fidelity.fidelity_prior_margin`).
 
 With ``local=True`` the margin is no longer one figure for the whole space. A Gaussian
-process over architectures (a Hamming kernel, :class:`~nni_hwaware.strategies.ppo.policy.HammingGP`)
+process over architectures (a Hamming kernel, :class:`~nni_hwaware.strategies.gaussian_process.HammingGP`)
 is fitted to the pairs' log ratios, and an architecture fits if
 
 .. math::
@@ -39,7 +40,7 @@ optimisation's probability of feasibility, Gardner et al. 2014; Gelbart et al. 2
 
 A chip that reports its measurements in steps (phone benchmarks often give whole
 milliseconds) reports anything under 18.5 ms as at most 18: a budget of 18 ms holds for it.
-The step is found from the measurements (:func:`resolution_of`), and bounds and over-budget
+The step is found from the measurements (:func:`~nni_hwaware.strategies.fidelity.resolution_of`), and bounds and over-budget
 chances are checked against :meth:`CostCorrection.limit_as_measured`, the value a network's
 unrounded cost must reach to be reported over the limit.
 
@@ -57,13 +58,9 @@ Nothing here knows NNI: the PPO core feeds it the metrics it is told.
 
 from __future__ import annotations
 
-import json
-import logging
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,14 +69,13 @@ from scipy.special import ndtr, ndtri
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.measurement import MEASURED
 from nni_hwaware.measurement import positive as _positive
+from nni_hwaware.strategies.fidelity import FIDELITY_SUFFIX, fidelity_prior_margin, resolution_of
 
 if TYPE_CHECKING:
-    from nni_hwaware.strategies.ppo.policy import HammingGP
+    from nni_hwaware.strategies.gaussian_process import HammingGP
 
 __all__ = ["CORRECTED", "FIDELITY_SUFFIX", "CostCorrection", "MetricCorrection", "fidelity_prior_margin",
            "resolution_of"]
-
-_logger = logging.getLogger("nni_hwaware.ppo")
 
 #: The metrics a trial measures on its chip (and the budget names).
 CORRECTED = MEASURED
@@ -236,8 +232,8 @@ class CostCorrection:
         if self.local:
             previous = self.locals.pop(metric, None)
             if self._local_ready(len(keys)):
-                # the GP lives beside the policy, which imports torch: not when the tuner is built
-                from nni_hwaware.strategies.ppo.policy import HammingGP, refit_due
+                # the GP imports torch: not when the tuner is built
+                from nni_hwaware.strategies.gaussian_process import HammingGP, refit_due
 
                 keep = slice(-_LOCAL_LIMIT, None)
                 ys, at = y[keep], np.asarray(keys[keep], dtype=np.int64)
@@ -385,53 +381,3 @@ class CostCorrection:
             self.pairs[metric] = [(tuple(int(j) for j in k), float(p), float(v)) for k, p, v in pairs]
             if self.pairs[metric]:
                 self._fit(metric)
-
-
-#: ``nni-hwaware validate TABLE`` saves the table's fidelity figures beside it, in ``TABLE`` + this.
-FIDELITY_SUFFIX = ".fidelity.json"
-
-
-def fidelity_prior_margin(table: str | os.PathLike[str]) -> float | None:
-    """The prior margin from a table's own fidelity figures (None when it has none): how far over its
-    prediction a network measured 9 times in 10 when the table was validated, the larger of latency
-    (relative to the reference) and memory, at least 1."""
-    path = Path(f"{os.fspath(table)}{FIDELITY_SUFFIX}")
-    if not path.is_file():
-        return None
-    try:
-        figures = json.loads(path.read_text())
-        ratios = [figures["latency"].get("ratio_q90_vs_reference"), figures.get("memory", {}).get("ratio_q90")]
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
-        _logger.warning("%s is not a fidelity file of nni-hwaware validate; the prior margin stays 1", path)
-        return None
-    ratios = [r for r in map(_positive, ratios) if r is not None]
-    return max([1.0, *ratios]) if ratios else None
-
-
-#: Reports with fewer values than this get no step: a few whole numbers can be all even by chance.
-_RESOLUTION_MIN_VALUES = 10
-
-
-def resolution_of(values: Sequence[float]) -> float:
-    """The step a chip reports its measurements in (0 when none): the largest of 1, 2 and 5 times a
-    power of ten that every value is a whole multiple of, with at least :data:`_RESOLUTION_MIN_VALUES`
-    values, and at most a quarter of their median (a step that coarse is no resolution but a coincidence).
-    A step under a thousandth of the median changes no decision and counts as none.
-
-    Phone benchmarks often report whole milliseconds (the Samsung A50 latencies of NAS-Bench-201
-    in HW-NAS-Bench do); timings read from a clock have no such step, and ratios times a reference
-    none either.
-    """
-    values = np.asarray([v for v in values if math.isfinite(v) and v > 0], dtype=float)
-    if len(values) < _RESOLUTION_MIN_VALUES:
-        return 0.0
-    top = float(np.median(values)) / 4
-    for exponent in range(math.floor(math.log10(top)), math.floor(math.log10(top / 250)) - 1, -1):
-        for mantissa in (5, 2, 1):
-            step = mantissa * 10.0 ** exponent
-            if step > top or step < top / 250:
-                continue
-            units = values / step
-            if np.all(np.abs(units - np.round(units)) <= 1e-6 + 1e-9 * units):  # float rounding only
-                return step
-    return 0.0

@@ -38,24 +38,33 @@ from nni_hwaware.cost_model import SpaceCostModel
 from nni_hwaware.measurement import Measurement
 from nni_hwaware.strategies.budget import Budget, BudgetMask
 from nni_hwaware.strategies.correction import CORRECTED, CostCorrection
+from nni_hwaware.strategies.feasibility_options import FeasibilityOptions
 
-__all__ = ["Feasibility"]
+__all__ = ["Feasibility", "FeasibilityOptions"]
 
 
 class Feasibility:
-    """The budget as measured, for one search over ``model`` (see the module docstring).
+    """The budget as measured, for one search over ``model`` (see the module docstring), as ``options`` say
+    (:class:`~nni_hwaware.strategies.feasibility_options.FeasibilityOptions`; ``correct`` False: the table
+    is trusted, no correction).
 
     Architectures are keys: tuples of value indices in the model's label order.
     """
 
-    def __init__(self, model: SpaceCostModel, budget: Budget, correction: CostCorrection | None, *,
-                 risk: float, measure_first: bool = True, measurements_per_training: float = 1.5) -> None:
-        self.model, self.budget, self.correction = model, budget, correction
+    def __init__(self, model: SpaceCostModel, budget: Budget, options: FeasibilityOptions | None = None) -> None:
+        self.options = options = options or FeasibilityOptions()
+        self.model, self.budget = model, budget
+        #: The table's predictions corrected by what the chip measured (None: the table is trusted).
+        self.correction = CostCorrection(
+            [len(v) for v in model.candidates], delta=options.delta, shrinkage=options.shrinkage,
+            prior_margin=options.prior_margin, use_margin=options.margin, local=options.margin_model == "gp",
+            risk_floor=options.risk_floor) if options.correct else None
         self.mask = BudgetMask(model, budget)
         self.limits = budget.limits()
-        self.measure_first = bool(measure_first)
+        self.measure_first = bool(options.measure_first)
         #: The share of proposals that may be expected (or found) over the budget as measured.
-        self.share = 1.0 - 1.0 / measurements_per_training if measure_first else float(risk)
+        self.share = (1.0 - 1.0 / options.measurements_per_training if options.measure_first
+                      else float(options.risk))
         self._predicted: dict[tuple[int, ...], dict[str, float]] = {}
         #: What each result measured on the chip.
         self.measured: dict[tuple[int, ...], Measurement] = {}

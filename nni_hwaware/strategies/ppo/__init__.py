@@ -1,7 +1,7 @@
 """PPO-style actor-critic search under a hardware budget: the search, NNI Tuner, NNI Strategy.
 
-``PPOSearch`` and ``reward_of`` load torch on first access, so that importing the
-tuner stays fast (NNI gives its dispatcher 10 seconds to connect).
+``PPOSearch`` loads torch on first access, so that importing the tuner stays fast (NNI gives its
+dispatcher 10 seconds to connect).
 """
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from nni_hwaware.strategies.ppo.config import REWARDS, PPOConfig
+from nni_hwaware.strategies.ppo.rewards import reward_of
 
 __all__ = ["REWARDS", "PPOConfig", "PPOSearch", "reward_of"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("PPOSearch", "reward_of"):
-        from nni_hwaware.strategies.ppo import search
+    if name == "PPOSearch":
+        from nni_hwaware.strategies.ppo.search import PPOSearch
 
-        return getattr(search, name)
+        return PPOSearch
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

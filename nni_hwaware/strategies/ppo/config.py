@@ -1,31 +1,82 @@
-"""Options of the PPO search: a documented dataclass, validated at construction.
+"""Options of the PPO search: documented dataclasses, one per concern, validated at construction.
 
-Kept free of torch so that NNI's dispatcher can build the tuner quickly (see
-:mod:`nni_hwaware.nni_fixes`, the tuner must connect within 10 seconds).
+:class:`PPOConfig` is what users write (YAML, ``classArgs``, ``PPOConfig(delta=0.5, ...)``): one flat
+set of keys, composed of
+
+* :class:`PolicyOptions`: the actor-critic and its update (what PPO learns from, and how);
+* :class:`ProposalOptions`: what picks a proposal among the masked draws (the surrogate, the zero-cost
+  proxies, the neighbours of the best);
+* :class:`~nni_hwaware.strategies.feasibility_options.FeasibilityOptions`: the budget as measured (the
+  correction of the table, its margin, the risk a search may take);
+
+and the ``seed``. Each part validates its own fields; :meth:`PPOConfig.policy_options` and its siblings
+give a part on its own. ``reward`` and ``proxy`` are checked against their registries
+(:mod:`~nni_hwaware.strategies.ppo.rewards`, :mod:`nni_hwaware.zero_cost`), of which :data:`REWARDS`
+and :data:`PROXIES` are live views. Kept free of torch so that NNI's dispatcher can build the tuner
+quickly (see :mod:`nni_hwaware.nni_fixes`, the tuner must connect within 10 seconds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from nni_hwaware.checked_options import from_mapping
 from nni_hwaware.errors import HwAwareError
+from nni_hwaware.strategies.feasibility_options import FeasibilityOptions
+from nni_hwaware.strategies.ppo.rewards import get_reward, reward_names
+from nni_hwaware.zero_cost import proxy_names
 
-__all__ = ["REWARDS", "PPOConfig"]
+__all__ = ["PROXIES", "REWARDS", "FeasibilityOptions", "PPOConfig", "PolicyOptions", "ProposalOptions"]
 
-REWARDS = ("accuracy", "neg_flops", "mnas")
-#: The zero-cost proxies :mod:`nni_hwaware.zero_cost` scores (``a+b``: both, one feature each; "none": no proxy).
-PROXIES = ("synflow", "naswot", "synflow+naswot", "none")
+_T = TypeVar("_T")
+
+
+class _Names(Sequence[str]):
+    """A registry's names as a tuple reads them (``in``, iteration, ``len``), current at every use."""
+
+    def __init__(self, names: Callable[[], tuple[str, ...]]) -> None:
+        self._names = names
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+def _proxy_choices() -> tuple[str, ...]:
+    names = proxy_names()
+    return (*("+".join(c) for r in range(1, len(names) + 1) for c in itertools.combinations(names, r)), "none")
+
+
+#: The rewards (:mod:`~nni_hwaware.strategies.ppo.rewards`) the option ``reward`` takes.
+REWARDS: Sequence[str] = _Names(reward_names)
+#: The zero-cost proxies (:mod:`nni_hwaware.zero_cost`) the option ``proxy`` takes: each registered one, each
+#: combination of them in the order registered (``a+b``: both, one feature each), and "none" (no proxy).
+PROXIES: Sequence[str] = _Names(_proxy_choices)
 
 
 @dataclass(frozen=True)
-class PPOConfig:
-    """Options of the PPO search (CleanRL-style: one documented field each)."""
+class PolicyOptions:
+    """The actor-critic and its PPO update: the batch, the loss, the optimiser, and the reward it learns."""
 
-    seed: int = 0
-    """Seeds the policy's initial weights and every sampled decision."""
     update_every: int = 3
     """Results (finished trials and measurements) per policy update: 1 updates after every result. 3 keeps a
     decision cheap at hundreds of trainings; it is the largest of 1-4 under which the policy's draws stay off
@@ -37,36 +88,59 @@ class PPOConfig:
     lr: float = 0.01
     """Adam learning rate."""
     optimizer: str = "adam"
-    """'adam' or 'sgd' (seed 000 step 5: stochastic gradient descent)."""
+    """'adam' or 'sgd' (plain stochastic gradient descent)."""
     clip: float = 0.2
     """PPO's clipping range of the probability ratio."""
     value_coef: float = 0.5
     """c in L = L_actor + c * L_critic - beta * entropy (+ the entropy floor's term)."""
     entropy_coef: float = 0.02
-    """beta at the start (seed 000 step 7: entropy keeps the search exploring)."""
+    """beta at the start (the entropy bonus keeps the search exploring)."""
     entropy_coef_final: float = 0.005
     """beta after ``entropy_decay_updates`` updates (linear annealing)."""
     entropy_decay_updates: int = 100
+    """Updates over which beta anneals linearly from ``entropy_coef`` to ``entropy_coef_final``."""
     entropy_floor: float = 0.5
     """Share of the most entropy (log of the allowed values) each decision keeps: below it the loss
     pushes back (0: no floor)."""
     hidden: int = 64
     """Width of the actor-critic MLP."""
     reward: str = "accuracy"
-    """'accuracy' (validation accuracy), 'neg_flops' (seed 000 step 6) or 'mnas' (ACC * (LAT/T)^w)."""
+    """A registered reward (:mod:`~nni_hwaware.strategies.ppo.rewards`): 'accuracy' (validation accuracy),
+    'neg_flops' (the negative-FLOPs reward) or 'mnas' (the MnasNet reward ACC * (LAT/T)^w)."""
     mnas_target_ms: float | None = None
     """T of the MnasNet reward (default: the latency budget)."""
     mnas_w: float = -0.07
+    """w of the MnasNet reward (negative: a network slower than T is worth less)."""
     failure_reward: float = 0.0
     """Reward of a trial that failed, reported NaN, or measured its network over the budget."""
     reward_norm: str = "rank"
     """What the policy learns from: 'rank' (normal scores of the rewards' ranks among all results),
     'zscore' (standardised rewards) or 'raw' (the rewards, advantages normalised per batch, as
-    in seed 000). The surrogate fits the normal scores with 'rank', z-scores otherwise."""
+    in the plain PPO update). The surrogate fits the normal scores with 'rank', z-scores otherwise."""
     replay_best: int = 4
     """The best architectures so far replayed in every policy update (0: none)."""
     cost_features: bool = True
     """Each next value's least budget share in the state (False: only the budget left)."""
+
+    def __post_init__(self) -> None:
+        get_reward(self.reward)  # an unknown one is a one-line error naming the registered ones
+        if self.optimizer not in ("adam", "sgd"):
+            raise HwAwareError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.reward_norm not in ("rank", "zscore", "raw"):
+            raise HwAwareError(f"reward_norm must be 'rank', 'zscore' or 'raw', got {self.reward_norm!r}")
+        if not 0.0 <= self.entropy_floor < 1.0:
+            raise HwAwareError(f"PPO option entropy_floor must be in [0, 1), got {self.entropy_floor}")
+        _at_least(self, 0, "replay_best")
+        _at_least(self, 1, "update_every", "epochs", "hidden")
+        for name in ("lr", "clip"):
+            if not getattr(self, name) > 0:
+                raise HwAwareError(f"PPO option {name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class ProposalOptions:
+    """What picks a proposal among the masked draws: the screening surrogate, its features, the neighbours."""
+
     screen: int = 64
     """Masked samples drawn per proposal and screened by the surrogate (1: propose the policy's draw)."""
     explore: float = 0.25
@@ -88,7 +162,7 @@ class PPOConfig:
     split 16 Gaussian inputs, :func:`~nni_hwaware.zero_cost.naswot`) or ``none``. On the 24
     NAS-Bench-201 suites of ``benchmarks/search_efficiency.py`` (with ``risk_floor``, 10 seeds) the two
     gave 0.483x random's regret at 100 trials where SynFlow alone gave 0.514x. It needs the space's
-    networks: the tuner and the strategy build them; :class:`PPOSearch` alone is given the scores
+    networks: the tuner and the strategy build them; ``PPOSearch`` alone is given the scores
     (its ``proxy`` argument)."""
     proxy_space_args: Mapping[str, Any] | None = field(default=None, hash=False)
     """Constructor arguments of the replica of the space the proxy scores (e.g. ``{stem_out_channels: 8}``
@@ -115,86 +189,19 @@ class PPOConfig:
     """Results before the surrogate screens (the first proposals are the policy's draws)."""
     max_resample: int = 1000
     """Masked draws per proposal before giving up when every draw is tried or in flight."""
-    correct: bool = True
-    """Learn from measured costs: fit a correction of the table's predictions from the (predicted,
-    measured) ``latency_ms`` / ``memory_mb`` pairs the results carry, keep proposals within the
-    budget by the corrected prediction times a margin (``margin_model``), and spend at most ``risk``
-    of the proposals on networks expected over the budget as measured. On the 24 NAS-Bench-201
-    suites of ``benchmarks/search_efficiency.py``, judged as measured (10 seeds), it cut the
-    proposals over the measured budget from 8.8 % to 1.5 % of all; the regret at 100 trials rose
-    from 0.23x to 0.48x that of random search over the mask-feasible set (the best networks sit at
-    the budget's edge, which a margin that holds delta keeps out of reach). False: the table is
-    trusted (measured costs are still kept, and :meth:`best` never names a network measured over
-    budget). Results without measured costs leave the correction empty: the table alone decides."""
-    measure_first: bool = True
-    """Each network is measured on the chip before it is trained, and one measured over the budget is not
-    trained (the project's trials do so; a result with ``not_trained``, or without ``default``, is such a
-    measurement): a proposal over the budget then costs a measurement (seconds), not a training (minutes to
-    hours), and the search may spend ``1 - 1 / measurements_per_training`` of its proposals on networks
-    that measure over (:mod:`nni_hwaware.strategies.feasibility`). False: every proposal is trained, and
-    ``risk`` is the share that may be expected over."""
-    measurements_per_training: float = 1.5
-    """With ``measure_first``: measurements the search may make per training, on average over the run."""
-    delta: float = 0.5
-    """A proposal must fit the budget, as measured, with probability at least 1 - delta. Measured first (the
-    default) the measurement is the check, so a proposal need only be as likely to fit as not: 0.5, the
-    largest of 0.1, 0.3, 0.5, 0.7 and 0.9 under which no run of the tuning split (the tabular suite and the
-    Titan RTX suites of ``benchmarks/search_efficiency.py``, 5 seeds) reached 1.5 measurements per training
-    (0.1: 0.62x random's regret there, 0.3: 0.36x, 0.5: 0.13x, 0.7: 0.11x with runs at the cap). Trained
-    as proposed (``measure_first`` False), 0.1."""
-    margin: bool = True
-    """Check proposals by the corrected prediction times the margin (False: the corrected
-    prediction alone, an ablation)."""
-    margin_model: str = "gp"
-    """How the margin is set: ``gp``, per architecture from a Gaussian process of the measured
-    ratios (tight near measured networks); ``conformal``, one quantile for every architecture."""
-    risk_floor: bool = True
-    """With the GP margin, each candidate's probability of measuring over the budget is at least what
-    the table's errors as a whole give it (the correction's leave-one-out residuals, as before the GP
-    is fitted), not the GP's alone: beside measured networks the GP is confident, and among many
-    candidates near the budget's edge the search picks those it is most optimistic about. On the 24
-    NAS-Bench-201 suites of ``benchmarks/search_efficiency.py`` (``risk`` 0.02, both proxies, 10 seeds)
-    it kept the share of proposals over the measured budget below random search's in every suite
-    (1.50 % of all) for 0.483x random's regret at 100 trials; False gave 0.461x, 1.75 % and 23 of 24
-    suites (False: the GP's probability alone)."""
     weigh_feasibility: bool = True
     """With ``correct``, the surrogate's expected improvement of a draw is multiplied by its
     probability of fitting the budget as measured (constrained expected improvement)."""
-    risk: float = 0.02
-    """With ``correct`` and not ``measure_first``: the share of its proposals the search may expect to measure over the budget,
-    over the run. Each proposal's probability of measuring over is spent from this allowance (an
-    architecture at the budget's edge spends about 0.5, one far inside it nothing), so the search
-    gambles on the edge, where the best networks are, only as often as the allowance grows. The
-    default is the largest allowance (of 0.02-0.05) under which the six Titan RTX suites of
-    ``benchmarks/search_efficiency.py`` stay below random search's share (in expectation) of proposals
-    measured over the budget; the other 18 NAS-Bench-201 suites are its held-out figures."""
-    shrinkage: float = 4.0
-    """Ridge weight that shrinks each (label, value) residual of the correction toward zero."""
-    prior_margin: float = 1.0
-    """The margin before enough pairs exist for a conformal one (about 1 / delta): e.g. 1 plus the
-    table's error at its 90th percentile from ``nni-hwaware validate``."""
 
     def __post_init__(self) -> None:
-        if self.reward not in REWARDS:
-            raise HwAwareError(f"unknown reward {self.reward!r}; use one of {', '.join(REWARDS)}")
-        if self.optimizer not in ("adam", "sgd"):
-            raise HwAwareError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
-        if self.reward_norm not in ("rank", "zscore", "raw"):
-            raise HwAwareError(f"reward_norm must be 'rank', 'zscore' or 'raw', got {self.reward_norm!r}")
         if self.surrogate not in ("gp", "none"):
             raise HwAwareError(f"surrogate must be 'gp' or 'none', got {self.surrogate!r}")
-        if not 0.0 <= self.entropy_floor < 1.0:
-            raise HwAwareError(f"PPO option entropy_floor must be in [0, 1), got {self.entropy_floor}")
         if not self.local_ei >= 0.0:
             raise HwAwareError(f"PPO option local_ei must be >= 0, got {self.local_ei}")
         if not 0.0 <= self.explore <= 1.0:
             raise HwAwareError(f"PPO option explore must be in [0, 1], got {self.explore}")
-        for name in ("replay_best", "warmup", "local_best"):
-            if getattr(self, name) < 0:
-                raise HwAwareError(f"PPO option {name} must be >= 0, got {getattr(self, name)}")
-        for name in ("update_every", "epochs", "hidden", "max_resample", "screen"):
-            if getattr(self, name) < 1:
-                raise HwAwareError(f"PPO option {name} must be >= 1, got {getattr(self, name)}")
+        _at_least(self, 0, "warmup", "local_best")
+        _at_least(self, 1, "max_resample", "screen")
         if self.proxy not in PROXIES:
             raise HwAwareError(f"PPO option proxy must be one of {', '.join(PROXIES)}, got {self.proxy!r}")
         if self.proxy_space_args is not None and not isinstance(self.proxy_space_args, Mapping):
@@ -211,19 +218,44 @@ class PPOConfig:
                                f"got {shape!r}")
         if shape is not None:
             object.__setattr__(self, "proxy_input_shape", tuple(shape))
-        if self.margin_model not in ("gp", "conformal"):
-            raise HwAwareError(f"PPO option margin_model must be 'gp' or 'conformal', got {self.margin_model!r}")
-        if not 0.0 < self.delta < 1.0:
-            raise HwAwareError(f"PPO option delta must be in (0, 1), got {self.delta}")
-        for name in ("risk",):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise HwAwareError(f"PPO option {name} must be in [0, 1], got {getattr(self, name)}")
-        if not self.measurements_per_training >= 1.0:
-            raise HwAwareError(f"PPO option measurements_per_training must be >= 1 (each training is measured "
-                               f"first), got {self.measurements_per_training}")
-        for name in ("lr", "clip", "shrinkage", "prior_margin"):
-            if not getattr(self, name) > 0:
-                raise HwAwareError(f"PPO option {name} must be > 0, got {getattr(self, name)}")
+
+
+def _at_least(options: Any, least: int, *names: str) -> None:
+    for name in names:
+        if getattr(options, name) < least:
+            raise HwAwareError(f"PPO option {name} must be >= {least}, got {getattr(options, name)}")
+
+
+@dataclass(frozen=True)
+class PPOConfig(PolicyOptions, ProposalOptions, FeasibilityOptions):
+    """Options of the PPO search (CleanRL-style: one documented field each), flat: the fields of
+    :class:`PolicyOptions`, :class:`ProposalOptions` and
+    :class:`~nni_hwaware.strategies.feasibility_options.FeasibilityOptions`, and the seed."""
+
+    seed: int = 0
+    """Seeds the policy's initial weights and every sampled decision."""
+
+    def __post_init__(self) -> None:
+        for part in (PolicyOptions, ProposalOptions, FeasibilityOptions):
+            part.__post_init__(self)
+
+    def _part(self, kind: type[_T]) -> _T:
+        return kind(**{f.name: getattr(self, f.name) for f in fields(kind)})  # type: ignore[arg-type]
+
+    @property
+    def policy_options(self) -> PolicyOptions:
+        """The actor-critic's and its update's options, on their own."""
+        return self._part(PolicyOptions)
+
+    @property
+    def proposal_options(self) -> ProposalOptions:
+        """The options of what picks a proposal, on their own."""
+        return self._part(ProposalOptions)
+
+    @property
+    def feasibility_options(self) -> FeasibilityOptions:
+        """The options of the budget as measured, on their own (what :class:`~nni_hwaware.strategies.feasibility.Feasibility` takes)."""
+        return self._part(FeasibilityOptions)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> PPOConfig:

@@ -1,6 +1,6 @@
 """One multi-trial PPO search, driven by trial events: the work behind the NNI Tuner, free of NNI.
 
-A :class:`SearchSession` holds the :class:`~nni_hwaware.strategies.job.SearchJob`,
+A :class:`SearchSession` holds the :class:`~nni_hwaware.strategies.ppo.job.PPOJob`,
 the cost models, the :class:`~nni_hwaware.strategies.ppo.search.PPOSearch` and the
 :class:`~nni_hwaware.strategies.ppo.records.TrialRecords`. It turns proposals into
 self-contained :class:`~nni_hwaware.trial.parameters.TrialParameters`, learns from
@@ -13,7 +13,6 @@ side. :class:`~nni_hwaware.strategies.ppo.tuner.PPOTuner` translates NNI's calls
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,8 +21,8 @@ from typing import Any
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_json
 from nni_hwaware.measurement import MEASURED, NOT_TRAINED, on_table_scale
-from nni_hwaware.strategies.correction import fidelity_prior_margin
-from nni_hwaware.strategies.job import SearchJob
+from nni_hwaware.strategies.ppo import workdir
+from nni_hwaware.strategies.ppo.job import PPOJob
 from nni_hwaware.strategies.ppo.records import (
     ALL_FAILED_AFTER,
     TrialRecords,
@@ -35,8 +34,6 @@ from nni_hwaware.strategies.ppo.records import (
 __all__ = ["NoProposal", "SearchFailed", "SearchSession"]
 
 _logger = logging.getLogger("nni_hwaware.ppo")
-#: The zero-cost proxy's scores, beside the report (PPO option ``proxy_scores`` reads one back).
-PROXY_SCORES = "proxy_scores.csv"
 
 
 class NoProposal(Exception):
@@ -54,7 +51,7 @@ class SearchFailed(HwAwareError):
 class SearchSession:
     """See the module docstring; ``named`` is the resolved space, ``output_dir`` the manager's folder."""
 
-    def __init__(self, job: SearchJob, named: Any, output_dir: Path, *, write_files: bool) -> None:
+    def __init__(self, job: PPOJob, named: Any, output_dir: Path, *, write_files: bool) -> None:
         self.job, self.named, self.output_dir, self.write_files = job, named, output_dir, write_files
         self.records, self.search, self.model = TrialRecords(), None, None
         self.proxy: Any = None  # the zero-cost proxy's scores (ProxyScores), when the search uses one
@@ -73,8 +70,11 @@ class SearchSession:
         self.full = load_cost_model(self.named, self.job.cost, self.output_dir / "cost_table.csv")
         allowed = allowed_values(search_space, self.full.choices(), self.named.name)
         self.model, self.budget, self.reference = self.job.search_model(self.named, self.full, allowed)
-        config = self._ppo_config()
-        self.search = PPOSearch(self.model, self.budget, config, proxy=self._proxy(config))
+        config = self.job.search_config(self.output_dir)
+        own = self.output_dir / workdir.PROXY_SCORES if self.write_files else None
+        self.proxy = self.job.proxy_scores(config, self.named, self.reference, own)
+        self._proxy_saved = len(self.proxy.cache) if self.proxy is not None else 0
+        self.search = PPOSearch(self.model, self.budget, config, proxy=self.proxy)
         state_file = self.job.state_file
         if initial_state is None and state_file and Path(state_file).exists():  # saved at every event: the newest
             initial_state = load_state(state_file)
@@ -306,56 +306,6 @@ class SearchSession:
         _logger.info("imported %d results (%d already known or skipped)", learned, len(data) - learned)
         self._save()
 
-    def _ppo_config(self) -> Any:
-        """The job's PPO options; without a prior margin of the user's, the one of the table's own
-        fidelity figures (``nni-hwaware validate`` saved them beside it)."""
-        config = self.job.ppo
-        if config.correct and config.prior_margin == 1.0:
-            table = self.job.cost.table or self.output_dir / "cost_table.csv"
-            margin = fidelity_prior_margin(table)
-            if margin is not None:
-                _logger.info("prior margin %.3f from the fidelity figures of %s", margin, table)
-                config = dataclasses.replace(config, prior_margin=margin)
-        return config
-
-    def _proxy(self, config: Any) -> Any:
-        """The zero-cost proxy's scores of the space's networks, on the replica ``proxy_space_args`` names
-        (None with ``proxy: none``, or where no surrogate trend would use them)."""
-        if config.proxy == "none" or not config.trend or config.surrogate != "gp":
-            return None
-        from nni_hwaware.strategies.ppo import workdir
-        from nni_hwaware.zero_cost import ProxyScores
-
-        named = self.named
-        if config.proxy_space_args:
-            from nni_hwaware.spaces.resolve import resolve_space
-
-            if named.factory is None or named.config is not None:
-                raise HwAwareError(f"PPO option proxy_space_args needs a space built from its name with arguments "
-                                   f"(nni:<hub space> or module:callable); {named.name!r} is not")
-            named = resolve_space(named.name, **{**named.kwargs, **dict(config.proxy_space_args)},
-                                  input_shape=named.input_shape)
-            if (missing := [label for label, values in self.named.choices().items()
-                            if [str(v) for v in named.choices().get(label, [])] != [str(v) for v in values]]):
-                raise HwAwareError(f"PPO option proxy_space_args: the replica does not offer the space's choices "
-                                   f"{missing[:3]}; give arguments that keep every label and value")
-        proxy = ProxyScores(named, config.proxy, input_shape=config.proxy_input_shape)
-        proxy.prepare(self.reference)  # the proxies this space's networks can feed, before reading any scores
-        if config.proxy_scores:  # scored before, by another search
-            path = workdir.resolve(config.proxy_scores)
-            if not path.is_file():
-                raise HwAwareError(f"PPO option proxy_scores: no file {path}; give a {PROXY_SCORES} a search wrote")
-            _logger.info("read %d zero-cost proxy scores from %s", proxy.load(path), path)
-        own = self.output_dir / PROXY_SCORES
-        if self.write_files and own.is_file():  # this search's own, before a resume
-            try:
-                _logger.info("read %d zero-cost proxy scores from %s", proxy.load(own), own)
-            except HwAwareError as err:  # an earlier search's, of another replica: scored afresh
-                _logger.warning("%s", err)
-        proxy.check(self.reference)  # a replica that cannot score fails here, in one line, not mid-search
-        self.proxy, self._proxy_saved = proxy, len(proxy.cache)
-        return proxy
-
     def _reference_latency(self) -> float:
         """The table's latency of the reference network: a result's measured ratio to it is its
         latency on the table's scale (:func:`~nni_hwaware.measurement.on_table_scale`)."""
@@ -408,7 +358,7 @@ class SearchSession:
     def _save(self) -> None:
         self._save_state()
         if self.write_files and self.proxy is not None and len(self.proxy.cache) > self._proxy_saved:
-            self.proxy.save(self.output_dir / PROXY_SCORES)  # a resumed or later search need not score them again
+            self.proxy.save(self.output_dir / workdir.PROXY_SCORES)  # a resumed or later search need not score them again
             self._proxy_saved = len(self.proxy.cache)
         if self.search is not None and self.write_files:
             write_json(self.output_dir / "trials.json", self.records.results)

@@ -1,6 +1,6 @@
 """The PPO search as an NNI Tuner, for ``nnictl create --config``: a thin adapter.
 
-``classArgs`` are a :class:`~nni_hwaware.strategies.job.SearchJob` (validated
+``classArgs`` are a :class:`~nni_hwaware.strategies.ppo.job.PPOJob` (validated
 once; :class:`PPOClassArgsValidator` runs the same check in ``nnictl``). The
 experiment's search space must be ``choice`` parameters named like the space's
 labels (``nni-hwaware search-space --space NAME`` writes it). The work is the
@@ -36,8 +36,8 @@ from nni.utils import ClassArgsValidator
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.nni_fixes import fix_no_more_trial_packing, serialized_tuner
-from nni_hwaware.strategies.job import SearchJob
 from nni_hwaware.strategies.ppo import workdir
+from nni_hwaware.strategies.ppo.job import PPOJob
 from nni_hwaware.strategies.ppo.session import NoProposal, SearchFailed, SearchSession
 
 __all__ = ["PPOClassArgsValidator", "PPOTuner"]
@@ -48,7 +48,7 @@ fix_no_more_trial_packing()  # NNI fix 12: this module is imported in NNI's disp
 
 @serialized_tuner  # NNI fix 13: NNI calls trial_end on another thread than the rest
 class PPOTuner(Tuner):
-    """NNI Tuner over the PPO search; arguments: :class:`SearchJob`'s fields (``classArgs``)."""
+    """NNI Tuner over the PPO search; arguments: :class:`PPOJob`'s fields (``classArgs``)."""
 
     def __init__(self, space: Any, table: str | None = None, **options: Any) -> None:
         named = None
@@ -58,7 +58,7 @@ class PPOTuner(Tuner):
             named = resolve_space(space, **(options.get("space_args") or {}))
             space = named.name
         space, table, state_file, output_dir = workdir.tuner_files(space, table, options.pop("state_file", None))
-        self.job = SearchJob.from_dict({"space": space, "table": table, "state_file": state_file, **options},
+        self.job = PPOJob.from_dict({"space": space, "table": table, "state_file": state_file, **options},
                                        "PPOTuner classArgs")
         self._named, self.output_dir, self.state_file = named, output_dir, state_file
         self.session: SearchSession | None = None
@@ -162,7 +162,7 @@ class PPOTuner(Tuner):
 
 
 class PPOClassArgsValidator(ClassArgsValidator):
-    """Checks ``classArgs`` as the tuner will: the :class:`SearchJob` and the space they name."""
+    """Checks ``classArgs`` as the tuner will: the :class:`PPOJob` and the space they name."""
 
     def validate_class_args(self, **kwargs: Any) -> None:
         try:

@@ -13,7 +13,10 @@ from pathlib import Path
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["experiment_root", "output_dir", "resolve", "writable"]
+__all__ = ["PROXY_SCORES", "experiment_root", "output_dir", "resolve", "writable"]
+
+#: The zero-cost proxy's scores a search writes beside its report (PPO option ``proxy_scores`` reads one back).
+PROXY_SCORES = "proxy_scores.csv"
 
 
 def experiment_root() -> Path | None:

@@ -183,3 +183,12 @@ def test_no_module_over_the_line_limit() -> None:
     long = {name: n for name, path in _modules().items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {long}"
+
+
+def test_no_module_imports_the_face_of_a_package_it_lies_in() -> None:
+    """A package's face (``__init__``) re-exports its children: a child that imports it points up."""
+    modules = _modules()
+    faces = {name for name, path in modules.items() if path.name == "__init__.py"}
+    upward = sorted(f"{name} -> {face}" for name, path in modules.items() if name not in faces
+                    for face in _file_imports(path, modules) & faces if name.startswith(face + "."))
+    assert not upward, f"import the child that holds the name instead: {upward}"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from nni_hwaware.pruning.modes import MODES
+
 __all__ = ["MODES", "ChoicePruneResult", "narrow_space", "prune_choices"]
 
-#: Thresholds: above the label's mean score, above the global mean, above a value, the top k per label.
-MODES = ("layer-mean", "global-mean", "value", "top-k")
 
 
 def __getattr__(name: str) -> Any:

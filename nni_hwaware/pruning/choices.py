@@ -32,7 +32,7 @@ import pandas as pd
 from nni_hwaware.cost_model import SpaceCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_atomically, write_json
-from nni_hwaware.pruning import MODES
+from nni_hwaware.pruning.modes import MODES
 
 __all__ = ["ChoicePruneResult", "prune_choices"]
 

@@ -126,7 +126,7 @@ def test_cifar_gumbel_configs_load(name: str) -> None:
     """The CIFAR-10 Gumbel configs parse into their typed configs (running them needs the data)."""
     path = ROOT / "examples/cifar10_resnet50" / name
     if name == "gumbel.yml":
-        from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
+        from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 
         config = GumbelSearchConfig.from_yaml(path)
         assert config.space == "cifar10_resnet50" and config.stages.split == 8

@@ -71,7 +71,7 @@ def test_a_pickled_ppo_state_is_refused_and_not_run(tmp_path: Path) -> None:
 
 def test_yaml_tags_that_build_objects_are_refused(tmp_path: Path) -> None:
     from nni_hwaware.experiment.check import check_config
-    from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
+    from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 
     marker = tmp_path / "ran"
     path = tmp_path / "config.yml"

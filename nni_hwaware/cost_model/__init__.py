@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from nni_hwaware.cost_model.block_table import METRICS, ArchCost, BlockCostModel
 from nni_hwaware.cost_model.blocks import as_space_model, block_cost_model
-from nni_hwaware.cost_model.choices import choice_cost_model, load_choice_table
+from nni_hwaware.cost_model.choice_table import choice_cost_model, load_choice_table
 from nni_hwaware.cost_model.for_space import (
     is_choice_table,
     load_or_profile,

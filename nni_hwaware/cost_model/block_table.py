@@ -36,7 +36,7 @@ import pandas as pd
 
 from nni_hwaware.cost_table.table import BlockKey, CostTable
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.spaces.config import SpaceConfig
+from nni_hwaware.spaces.skeleton import SpaceConfig
 
 __all__ = ["METRICS", "ArchCost", "BlockCostModel"]
 

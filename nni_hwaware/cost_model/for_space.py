@@ -103,7 +103,7 @@ def load_space_model(named: Any, path: str | os.PathLike[str] | None, *, chip: s
                      threads: int | None = 1, seed: int = 0, max_seconds: float | None = None) -> SpaceCostModel:
     """The cost model of ``named`` from the file at ``path`` (module docstring); profiled there when missing."""
     if path is not None and is_choice_table(path):
-        from nni_hwaware.cost_model.choices import choice_cost_model
+        from nni_hwaware.cost_model.choice_table import choice_cost_model
 
         return choice_cost_model(path, choices=named.choices(), name=named.name, chip=chip or "")
     table = load_or_profile(named, path, chip=chip, backend=backend, batch_size=batch_size, device=device,

@@ -32,7 +32,7 @@ while it runs); FLOPs and parameters add up like latency. From the same arrays:
   ``Filter``, ``RangeProfilerFilter`` and penalties.
 
 A model is built by profiling a space (:mod:`nni_hwaware.cost_model.profile`) or
-from a plain table of per-choice costs (:mod:`nni_hwaware.cost_model.choices`).
+from a plain table of per-choice costs (:mod:`nni_hwaware.cost_model.choice_table`).
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ class SpaceCostModel:
 
         With the label at that value and every other label uniform over its values
         (the exact per-choice costs when every factor has one label). What pruning
-        scores and what :func:`~nni_hwaware.cost_model.choices.choice_cost_model` reads.
+        scores and what :func:`~nni_hwaware.cost_model.choice_table.choice_cost_model` reads.
         """
         records = []
         for i, (label, values) in enumerate(zip(self.labels, self.candidates, strict=True)):

@@ -15,7 +15,7 @@ from torch import nn
 
 from nni_hwaware.cost_table.table import BlockKey
 from nni_hwaware.spaces.blocks import build_block
-from nni_hwaware.spaces.config import SpaceConfig
+from nni_hwaware.spaces.skeleton import SpaceConfig
 
 __all__ = ["ProfileEntry", "profile_entries"]
 

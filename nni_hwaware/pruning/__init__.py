@@ -16,9 +16,9 @@ __all__ = ["MODES", "ChoicePruneResult", "narrow_space", "prune_choices"]
 
 def __getattr__(name: str) -> Any:
     if name in ("ChoicePruneResult", "prune_choices"):
-        from nni_hwaware.pruning import choices
+        from nni_hwaware.pruning import prune
 
-        return getattr(choices, name)
+        return getattr(prune, name)
     if name == "narrow_space":
         from nni_hwaware.spaces.choices import narrow_space
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import read_json, write_json
-from nni_hwaware.spaces.config import Architecture, SpaceConfig
+from nni_hwaware.spaces.skeleton import Architecture, SpaceConfig
 
 __all__ = ["load_architecture", "save_architecture"]
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from nni_hwaware.nni_fixes import import_nni_nas
 from nni_hwaware.spaces.blocks import build_block
-from nni_hwaware.spaces.config import SpaceConfig
+from nni_hwaware.spaces.skeleton import SpaceConfig
 
 __all__ = ["BlockChoiceSpace", "Network", "build_network"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.spaces.blocks import block_names
-from nni_hwaware.spaces.config import SpaceConfig, StageConfig
+from nni_hwaware.spaces.skeleton import SpaceConfig, StageConfig
 
 __all__ = ["SPACES", "get_space_config", "register_space", "space_names"]
 

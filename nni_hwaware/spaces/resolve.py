@@ -183,7 +183,7 @@ def resolve_space(spec: str | nn.Module | NamedSpace | Any, **kwargs: Any) -> Na
     ``input_shape``, ``num_classes``, ``dataset`` and ``reference`` among ``kwargs`` are
     not constructor arguments: they override what the space says of itself.
     """
-    from nni_hwaware.spaces.config import SpaceConfig
+    from nni_hwaware.spaces.skeleton import SpaceConfig
 
     if isinstance(spec, NamedSpace):
         if kwargs:

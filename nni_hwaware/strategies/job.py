@@ -28,7 +28,7 @@ from nni_hwaware.errors import HwAwareError
 
 if TYPE_CHECKING:
     from nni_hwaware.cost_model import SpaceCostModel
-    from nni_hwaware.pruning.choices import ChoicePruneResult
+    from nni_hwaware.pruning.prune import ChoicePruneResult
     from nni_hwaware.spaces.resolve import NamedSpace
     from nni_hwaware.strategies.budget import Budget
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nni_hwaware.training.config import TrainConfig
+from nni_hwaware.training.train_config import TrainConfig
 
 __all__ = [
     "ModelResult",

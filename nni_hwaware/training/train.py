@@ -19,9 +19,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling import fixed_threads
-from nni_hwaware.spaces.config import SpaceConfig
 from nni_hwaware.spaces.data import make_dataset
-from nni_hwaware.training.config import TrainConfig
+from nni_hwaware.spaces.skeleton import SpaceConfig
+from nni_hwaware.training.train_config import TrainConfig
 
 __all__ = ["TrainConfig", "TrainResult", "evaluate", "train_architecture", "train_network"]
 

@@ -40,7 +40,7 @@ The modules, from the options up to the whole job:
 
 from __future__ import annotations
 
-from nni_hwaware.strategies.gumbel.config import (
+from nni_hwaware.strategies.gumbel.job_config import (
     CostConfig,
     GumbelSearchConfig,
     PenaltyConfig,

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from nni_hwaware.spaces.config import SpaceConfig
-from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
+from nni_hwaware.spaces.skeleton import SpaceConfig
+from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 
 __all__ = ["EpochShuffle", "gumbel_evaluator"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from nni_hwaware.cost_model import SpaceCostModel
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
 from nni_hwaware.strategies.gumbel.evaluator import _is_rank_zero
+from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
 
 __all__ = ["EXPORT_CHECK_SECONDS", "UNDECIDED_FACTOR", "UNDER_MEASURED_OVER", "measured_export"]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nni_hwaware.spaces.config import Architecture
+from nni_hwaware.spaces.skeleton import Architecture
 
 __all__ = ["SearchOutcome"]
 

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from nni_hwaware.files import write_json
-from nni_hwaware.spaces.config import Architecture
-from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
+from nni_hwaware.spaces.skeleton import Architecture
 from nni_hwaware.strategies.gumbel.evaluator import _is_rank_zero
 from nni_hwaware.strategies.gumbel.export_check import measured_export
+from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
 from nni_hwaware.strategies.gumbel.points import (
     _target_ratios,

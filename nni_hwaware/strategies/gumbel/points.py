@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
+from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 
 __all__ = ["point_name", "point_text", "search_points"]
 

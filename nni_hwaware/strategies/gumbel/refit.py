@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
+from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 from nni_hwaware.strategies.gumbel.points import _target_share
 
 __all__ = ["check_refit", "refit_changes"]

@@ -30,9 +30,9 @@ from nni_hwaware.cost_model import SpaceCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.files import write_json
 from nni_hwaware.profiling import fixed_threads
-from nni_hwaware.spaces.config import SpaceConfig
-from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
+from nni_hwaware.spaces.skeleton import SpaceConfig
 from nni_hwaware.strategies.gumbel.evaluator import gumbel_evaluator
+from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
 
 __all__ = ["SearchOutcome", "gumbel_evaluator", "search"]

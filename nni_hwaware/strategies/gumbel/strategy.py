@@ -38,7 +38,7 @@ from torch import nn
 
 from nni_hwaware.cost_model import SpaceCostModel, as_space_model
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.strategies.gumbel.config import from_mapping
+from nni_hwaware.strategies.gumbel.job_config import from_mapping
 from nni_hwaware.strategies.gumbel.module import HardwareGumbelModule
 from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
 from nni_hwaware.strategies.gumbel.strategy_config import (

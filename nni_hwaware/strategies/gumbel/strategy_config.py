@@ -2,7 +2,7 @@
 hardware penalty of the loss, the Gumbel temperature, the stages; validated at construction.
 
 The rest of a search's options (how the supernet trains, the sweep, the whole job's file) are in
-:mod:`nni_hwaware.strategies.gumbel.config`, which reads them all from YAML or a dict. A bad value
+:mod:`nni_hwaware.strategies.gumbel.job_config`, which reads them all from YAML or a dict. A bad value
 raises :class:`~nni_hwaware.errors.HwAwareError` saying what to change.
 """
 

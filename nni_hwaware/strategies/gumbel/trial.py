@@ -90,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
     import nni
 
     from nni_hwaware.nni_fixes import next_parameters, outer_trial_reporter
-    from nni_hwaware.strategies.gumbel.config import GumbelSearchConfig
+    from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
     from nni_hwaware.strategies.gumbel.pipeline import run_pipeline
 
     config = GumbelSearchConfig.from_yaml(args.config)

@@ -442,3 +442,35 @@ def test_a_table_of_another_torch_says_why_its_leaves_are_missing(version: str |
     message = str(info.value)
     assert "has no row for" in message and "\n" not in message
     assert ("profiled under torch 2.0.0+cpu, this is torch" in message) == (version is not None)
+
+
+@pytest.mark.parametrize("coupled", [False, True])
+def test_the_feasible_list_is_the_masks_own_walk_as_the_mask_moves(coupled: bool) -> None:
+    """The list a search draws from, as the correction moves the mask's limits up and down: always exactly
+    what the mask's own walk finds, in its order (and None past the limit)."""
+    from nni_hwaware.strategies.budget import Budget, BudgetMask
+    from nni_hwaware.strategies.feasibility import Feasibility, FeasibilityOptions
+
+    rng = np.random.default_rng(0)
+    choices = {f"l{i}": list(range(4)) for i in range(6)}
+    factors = [CostFactor((f"l{i}",), {"latency_ms": rng.uniform(0.1, 1.0, 4), "param_mb": rng.uniform(0, 1, 4),
+                                       "activation_mb": rng.uniform(0, 1, 4), "flops": rng.integers(1, 99, 4),
+                                       "params": rng.integers(1, 99, 4)}) for i in range(6)]
+    if coupled:
+        factors.append(CostFactor(("l0", "l1"), {m: rng.uniform(0, 0.5, (4, 4)) for m in
+                                                 ("latency_ms", "param_mb", "activation_mb", "flops", "params")}))
+    model = SpaceCostModel(choices, factors, {"latency_ms": 0.5, "param_mb": 0.1, "activation_mb": 0.1,
+                                              "flops": 10, "params": 10})
+    every = model.predict_many(np.asarray(list(itertools.product(*(range(4) for _ in range(6))))))
+    at = {m: lambda q, m=m: float(np.quantile(every[m], q)) for m in ("latency_ms", "memory_mb")}
+    feasibility = Feasibility(model, Budget(latency_ms=at["latency_ms"](0.5), memory_mb=at["memory_mb"](0.5)),
+                              FeasibilityOptions(correct=False))
+    # the mask's limits move as a correction would move them: down, up past the walk's slack, back down
+    for q_latency, q_memory in [(0.5, 0.5), (0.45, 0.4), (0.55, 0.6), (0.9, 0.95), (0.3, 0.2), (0.5, 0.5)]:
+        budget = Budget(latency_ms=at["latency_ms"](q_latency), memory_mb=at["memory_mb"](q_memory))
+        feasibility.mask = BudgetMask(model, budget)
+        feasibility._listed = False
+        walk = feasibility.mask.enumerate(20_000)
+        assert walk and feasibility.feasible_list(20_000) == walk
+        feasibility._listed = False
+        assert feasibility.feasible_list(len(walk) - 1) is None

@@ -321,6 +321,16 @@ class BudgetMask:
         cost = self.model.predict_indices(indices).metrics()
         return all(cost[m] >= least * (1 - _EPS) - _EPS for m, least in floor.items())
 
+    def within_many(self, keys: Sequence[Sequence[int]]) -> np.ndarray:
+        """:meth:`within` of many finished architectures at once (one vectorised prediction)."""
+        if not len(keys):
+            return np.ones(0, dtype=bool)
+        cost = self.model.predict_many(np.asarray(keys, dtype=np.int64))
+        ok = np.ones(len(keys), dtype=bool)
+        for metric, limit in self.budget.limits().items():
+            ok &= cost[metric] <= limit * (1 + _EPS) + _EPS
+        return ok
+
     def within(self, indices: Sequence[int]) -> bool:
         """Whether the finished architecture (value index per label) fits every bound."""
         cost = self.model.predict_indices(indices).metrics()

@@ -474,3 +474,27 @@ def test_the_feasible_list_is_the_masks_own_walk_as_the_mask_moves(coupled: bool
         assert walk and feasibility.feasible_list(20_000) == walk
         feasibility._listed = False
         assert feasibility.feasible_list(len(walk) - 1) is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_needs_of_many_prefixes_at_once_are_each_prefixs_own_to_the_bit(seed: int) -> None:
+    """The policy's states and masks read the look-ahead of a batch of prefixes: under a memory budget
+    too, each row is exactly what the prefix alone gives (12 labels: sums past numpy's 8-way unrolling)."""
+    from nni_hwaware.strategies.budget import Budget, BudgetMask
+
+    rng = np.random.default_rng(seed)
+    choices = {f"l{i}": list(range(int(rng.integers(2, 6)))) for i in range(12)}
+    factors = [CostFactor((label,), {m: rng.uniform(0, 1, len(values)) for m in
+                                     ("latency_ms", "param_mb", "activation_mb", "flops", "params")})
+               for label, values in choices.items()]
+    model = SpaceCostModel(choices, factors, {"latency_ms": 0.5, "param_mb": 0.1, "activation_mb": 0.3,
+                                              "flops": 10, "params": 10})
+    mask = BudgetMask(model, Budget(latency_ms=6.0, memory_mb=7.0))
+    for i in range(12):
+        prefixes = np.stack([rng.integers(0, len(choices[f"l{k}"]), 32) for k in range(i)], 1) if i else \
+            np.zeros((32, 0), dtype=int)
+        batch = mask.needs_batch(prefixes)
+        for b, prefix in enumerate(prefixes):
+            for metric, need in mask._needs(prefix).items():
+                assert np.array_equal(batch[metric][b, :len(need)], need)
+                assert np.isinf(batch[metric][b, len(need):]).all()

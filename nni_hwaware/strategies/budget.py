@@ -205,10 +205,13 @@ class BudgetMask:
         batch, i = prefixes.shape
         width = int(self.n_candidates.max())
         limits = self.budget.limits()
-        if self.separable and "memory_mb" not in limits:
+        if self.separable:
             rows = np.arange(i)
             out = {}
             for metric in limits:
+                if metric == "memory_mb":
+                    out[metric] = self._memory_needs_batch(prefixes, width)
+                    continue
                 cost = self._additive[metric]
                 spent = self.model.fixed[metric] + cost[rows, prefixes].sum(axis=1)
                 out[metric] = spent[:, None] + cost[i][None, :] + self._rest[metric][i + 1]
@@ -218,6 +221,21 @@ class BudgetMask:
         for b, prefix in enumerate(prefixes):
             for metric, need in self._needs(prefix).items():
                 out[metric][b, :n] = need
+        return out
+
+    def _memory_needs_batch(self, prefixes: np.ndarray, width: int) -> np.ndarray:
+        """The memory row of :meth:`_needs` for ``B`` prefixes at once (a separable model): the weights so
+        far and the next value's, plus the least completion given the largest activation, which takes
+        few values (each completion computed once, as :meth:`_memory_completion` caches it)."""
+        batch, i = prefixes.shape
+        rows, n = np.arange(i), self.n_candidates[i]
+        spent = self.model.fixed["param_mb"] + self._params[rows, prefixes].sum(axis=1)
+        act = np.maximum(self.model.fixed["activation_mb"], self._acts[rows, prefixes].max(axis=1, initial=-np.inf))
+        largest = np.maximum(act[:, None], self._acts[i, :n][None, :])
+        values, where = np.unique(largest, return_inverse=True)
+        completion = np.asarray([self._memory_completion(i + 1, float(v)) for v in values])[where.reshape(largest.shape)]
+        out = np.full((batch, width), np.inf)
+        out[:, :n] = spent[:, None] + self._params[i, :n][None, :] + completion
         return out
 
     def allowed_batch(self, needs: Mapping[str, np.ndarray]) -> np.ndarray:

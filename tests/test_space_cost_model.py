@@ -336,6 +336,33 @@ def test_gumbel_search_on_a_user_space_finds_the_cheapest_network_under_a_strong
     assert min(ratios) > 1.5, ratios
 
 
+def test_a_gumbel_search_takes_the_same_path_for_its_seed_whatever_ran_before(tmp_path) -> None:
+    """Two searches of one seed after different draws from torch's global generator (another search of a
+    sweep, a user's own code): the same architecture probabilities, and the caller's generator given back."""
+    from nni_hwaware.spaces.resolve import resolve_space
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, search
+
+    named = resolve_space(UserSpace(), input_shape=(1, 8, 8))
+    choices = {"width": [4, 8], "op": ["conv3", "conv1", "skip"], "depth": [1, 2, 3]}
+    frame = pd.DataFrame([{"label": label, "value": value, "latency_ms": 1.0 + j, "memory_mb": 0.1,
+                           "flops": 1000, "params": 10} for label, values in choices.items()
+                          for j, value in enumerate(values)])
+    model = choice_cost_model(frame, choices=choices, name="user")
+    config = GumbelSearchConfig.from_dict({
+        "out": str(tmp_path), "seed": 3, "penalty": {"alpha": 0.0, "gamma": 0.0},
+        "temperature": {"init": 1.0, "min": 1.0, "hard": True},
+        "stages": {"order": ["all"], "max_epochs": 1, "min_epochs": 1},
+        "search": {"batch_size": 64, "lr": 0.05, "arc_lr": 0.1, "threads": 1, "checkpoint": False,
+                   "accelerator": "cpu"}})
+    outcomes = []
+    for before in (0, 1):
+        torch.manual_seed(before)
+        outcomes.append(search(config, named, model, tmp_path / f"run{before}").probabilities)
+        # the caller's generator goes on where it was, as if no search had run
+        assert torch.rand(1).item() == torch.rand(1, generator=torch.Generator().manual_seed(before)).item()
+    assert outcomes[0] == outcomes[1]
+
+
 class TwoInputSpace(_nas.ModelSpace):
     """A leaf with two tensor inputs (a fusion of the choice's output with the stem's)."""
 

@@ -61,10 +61,11 @@ def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: Spa
     labels = list(cost_model.labels)
     max_epochs = StagePlan(labels, config.stages, config.temperature).max_total_epochs()
     start = time.perf_counter()
-    with fixed_threads(config.search.threads):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)  # the supernet's initial weights
-            supernet = space.supernet()
+    # The whole search draws from torch's global generator seeded here, and gives the caller's back after:
+    # the same seed takes the same path whatever ran before in the process (another search of a sweep).
+    with fixed_threads(config.search.threads), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)  # the supernet's initial weights, then what training draws
+        supernet = space.supernet()
         evaluator = gumbel_evaluator(config, space, max_epochs, out, callbacks)
         checkpoint = out / "checkpoints" / "last.ckpt"
         resume = config.search.checkpoint and config.search.resume and checkpoint.is_file()

@@ -239,6 +239,27 @@ def test_the_tuner_screens_candidates_then_trains_only_those_measured_to_fit(tmp
     assert stats["trainings"] == 1 and stats["measurements"] == len(screen.screen)
 
 
+def test_a_screen_leaves_the_measurements_the_trainings_still_to_come_need(tmp_path: Path) -> None:
+    # 4 trainings, so at most 6 measurements: a screen of 4 that all measured over would leave 2 for 4
+    # trainings. The first screen holds the 2 spare; once those measured over, one candidate at a time.
+    from handmade import tiny_tuner
+
+    tuner = tiny_tuner(tmp_path, screen=8, budget={"latency_ms": "100%"}, search_trials=4,
+                       ppo={"seed": 0, "proxy": "none"})
+    first = tuner.generate_parameters(0)
+    assert len(TrialParameters.from_dict(first).screen) == 2
+    over = _screen_result(first, set())
+    over["screened"] = json.dumps([{**c, "latency_ratio": 1.3, "latency_ratio_ci95_high": 1.35}
+                                   for c in json.loads(over["screened"])])  # just over: the table's others may fit
+    tuner.receive_trial_result(0, first, over)
+    second = tuner.generate_parameters(1)
+    assert len(TrialParameters.from_dict(second).screen) == 1
+    fits = {json.dumps(a, sort_keys=True) for a in TrialParameters.from_dict(second).screen}
+    tuner.receive_trial_result(1, second, _screen_result(second, fits))
+    assert TrialParameters.from_dict(tuner.generate_parameters(2)).arch  # the one that fits is trained
+    assert tuner.search.measurements == 3 and len(tuner.search.cleared) == 1
+
+
 def test_a_tuner_resumed_in_the_middle_of_a_screen_waits_for_its_rerun_and_trains_what_fits(tmp_path: Path) -> None:
     state = tmp_path / "state.pt"
     tuner = _screening_tuner(tmp_path, state_file=str(state))

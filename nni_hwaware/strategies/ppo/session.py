@@ -169,13 +169,17 @@ class SearchSession:
 
     def _screen_slots(self) -> int:
         """Candidates the next screening trial may measure: at most ``screen``, no more than the trainings
-        left (each candidate in a screen may become one) nor the measurements left."""
+        left (each candidate in a screen may become one) nor the measurements left, and no more than the
+        measurements the trainings still to come leave spare (at least one): a screen whose candidates all
+        measure over must not spend the measurements those trainings need."""
         slots = self.job.screen
         unresolved = len(self.ready().unresolved())
         if self.job.search_trials is not None:
-            slots = min(slots, self.job.search_trials - self._trainings_committed() - unresolved)
-        if (cap := self.job.max_measurements()) is not None:
-            slots = min(slots, cap - self.ready().measurements - unresolved)
+            needed = self.job.search_trials - self._trainings_committed()
+            slots = min(slots, needed - unresolved)
+            if (cap := self.job.max_measurements()) is not None:
+                left = cap - self.ready().measurements - unresolved  # as if every candidate in flight measured over
+                slots = min(slots, left, max(1, left - needed))
         return max(0, slots)
 
     def _search_done(self) -> bool:

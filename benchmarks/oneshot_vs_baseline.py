@@ -192,7 +192,7 @@ def _table(config: Any, out: Path, seed: int) -> tuple[str, float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from nni_hwaware.report.spread import over_seeds
     from nni_hwaware.strategies.gumbel import run_pipeline
-    from nni_hwaware.strategies.gumbel.points import _target_ratios
+    from nni_hwaware.strategies.gumbel.points import target_ratios
 
     config = _config(args)
     targeted = config.penalty.latency_target is not None
@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         record = {"seed": seed, **one_seed(summary, targeted)}
         from nni_hwaware.report import ModelResult
 
-        ratios = _target_ratios(seed_config, ModelResult.from_dict(summary["baseline"])) if targeted else {}
+        ratios = target_ratios(seed_config, ModelResult.from_dict(summary["baseline"])) if targeted else {}
         target_ratios = {**SEED_TARGETS, **ratios}
         record["meets"] = meets(record, target_ratios)
         record["meets_targets"] = all(record["meets"].values())

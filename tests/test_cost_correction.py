@@ -11,7 +11,8 @@ from nni_hwaware.cost_model import CostFactor, SpaceCostModel
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.measurement import RATIO_LATENCY, on_table_scale
 from nni_hwaware.strategies.budget import Budget
-from nni_hwaware.strategies.correction import CostCorrection, resolution_of
+from nni_hwaware.strategies.correction import CostCorrection
+from nni_hwaware.strategies.fidelity import resolution_of
 from nni_hwaware.strategies.ppo import PPOConfig, PPOSearch
 
 LABELS, VALUES = 6, 4

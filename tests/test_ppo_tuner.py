@@ -280,7 +280,7 @@ def test_the_tuner_writes_the_report_from_the_retraining_trials_answer(tmp_path,
 
 
 def test_the_search_takes_its_prior_margin_from_the_tables_fidelity_figures(tmp_path, caplog) -> None:
-    from nni_hwaware.strategies.correction import FIDELITY_SUFFIX
+    from nni_hwaware.strategies.fidelity import FIDELITY_SUFFIX
 
     assert _tuner(tmp_path).search.correction.prior_margin == 1.0  # no figures: the default
     # what `nni-hwaware validate t.csv` saves beside the table: 9 in 10 networks within 1.12x (latency)

@@ -95,7 +95,7 @@ def test_prune_and_chips_on_a_profiled_table(tiny_profile: Path, tmp_path: Path,
 def test_validate_prints_agreement(tiny_profile: Path, tmp_path: Path, capsys) -> None:
     import shutil
 
-    from nni_hwaware.strategies.correction import FIDELITY_SUFFIX, fidelity_prior_margin
+    from nni_hwaware.strategies.fidelity import FIDELITY_SUFFIX, fidelity_prior_margin
 
     table = tmp_path / "table.csv"  # the fidelity figures are saved beside it: not beside the shared one
     shutil.copy(tiny_profile, table)

@@ -82,7 +82,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from nni_hwaware.cost_model.fidelity import check_fidelity
     from nni_hwaware.cost_table import CostTable
     from nni_hwaware.files import write_atomically
-    from nni_hwaware.strategies.correction import FIDELITY_SUFFIX
+    from nni_hwaware.strategies.fidelity import FIDELITY_SUFFIX
 
     named, model = named_model(args, args.table)
     figures, frame = check_fidelity(named.space, model, named.input_shape, args.archs, seed=args.seed,

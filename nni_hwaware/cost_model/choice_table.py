@@ -60,7 +60,7 @@ def choice_cost_model(frame: pd.DataFrame | str | os.PathLike[str], *,
                       peak_flops: float | None = None) -> SpaceCostModel:
     """A :class:`SpaceCostModel` from per-choice costs (see the module docstring).
 
-    ``choices`` (``{label: values}``, e.g. from :func:`~nni_hwaware.cost_model.space_choices`)
+    ``choices`` (``{label: values}``, e.g. from :func:`~nni_hwaware.spaces.choices.space_choices`)
     fixes the labels, their order and the values' types; every (label, value) of it needs
     a row. Without it, the table's labels and values are used in order of appearance.
     """

@@ -7,7 +7,7 @@ pipeline, the command line) does to get from ``space`` + ``table`` to a
 * a table with leaf rows (:func:`~nni_hwaware.cost_model.profile_model_space`, any space)
   is read through the space's leaves;
 * a table of the project's block rows (``nni-hwaware profile`` of a registered space,
-  :func:`nni_hwaware.cost_table.profile_space`) through its block cost model;
+  :func:`nni_hwaware.cost_model.profile_space`) through its block cost model;
 * a per-choice cost table (``label, value, latency_ms, ...``: a tabular benchmark,
   nn-Meter, a vendor's profiler) through :func:`~nni_hwaware.cost_model.choice_cost_model`;
 * a missing table is profiled here (every distinct leaf once) and written.

@@ -1,7 +1,6 @@
 """Search-space pruning of any NNI model space by hardware score, per (label, value).
 
-The same score as :mod:`nni_hwaware.pruning.mutator` (the hardware score S = k * U * P), for
-every value ``v`` of every label ``l`` of the space:
+The hardware score S = k * U * P, for every value ``v`` of every label ``l`` of the space:
 
 .. math::
 

@@ -339,11 +339,13 @@ class BudgetMask:
         cost = self.model.predict_indices(indices).metrics()
         return all(cost[m] >= least * (1 - _EPS) - _EPS for m, least in floor.items())
 
-    def within_many(self, keys: Sequence[Sequence[int]]) -> np.ndarray:
-        """:meth:`within` of many finished architectures at once (one vectorised prediction)."""
+    def within_many(self, keys: Sequence[Sequence[int]], cost: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+        """:meth:`within` of many finished architectures at once (one vectorised prediction; ``cost``: the
+        model's :meth:`~nni_hwaware.cost_model.SpaceCostModel.predict_many` of ``keys`` when already made)."""
         if not len(keys):
             return np.ones(0, dtype=bool)
-        cost = self.model.predict_many(np.asarray(keys, dtype=np.int64))
+        if cost is None:
+            cost = self.model.predict_many(np.asarray(keys, dtype=np.int64))
         ok = np.ones(len(keys), dtype=bool)
         for metric, limit in self.budget.limits().items():
             ok &= cost[metric] <= limit * (1 + _EPS) + _EPS

@@ -69,13 +69,12 @@ from scipy.special import ndtr, ndtri
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.measurement import MEASURED
 from nni_hwaware.measurement import positive as _positive
-from nni_hwaware.strategies.fidelity import FIDELITY_SUFFIX, fidelity_prior_margin, resolution_of
+from nni_hwaware.strategies.fidelity import resolution_of
 
 if TYPE_CHECKING:
     from nni_hwaware.strategies.gaussian_process import HammingGP
 
-__all__ = ["CORRECTED", "FIDELITY_SUFFIX", "CostCorrection", "MetricCorrection", "fidelity_prior_margin",
-           "resolution_of"]
+__all__ = ["CORRECTED", "CostCorrection", "MetricCorrection"]
 
 #: The metrics a trial measures on its chip (and the budget names).
 CORRECTED = MEASURED

@@ -184,8 +184,10 @@ class Feasibility:
     def fits_all(self, keys: list[tuple[int, ...]]) -> np.ndarray:
         """Within every bound by the table, and within each corrected metric's limit as measured with the
         margin (one Gaussian-process call per metric)."""
-        ok = self.mask.within_many(keys)
-        predicted_all = self.mask.model.predict_many(np.asarray(keys, dtype=np.int64)) if len(keys) else {}
+        if not len(keys):
+            return np.ones(0, dtype=bool)
+        predicted_all = self.mask.model.predict_many(np.asarray(keys, dtype=np.int64))
+        ok = self.mask.within_many(keys, predicted_all)
         for metric in self.corrected_limits():
             if not ok.any():
                 break
@@ -201,7 +203,7 @@ class Feasibility:
     def over_probability(self, keys: list[tuple[int, ...]]) -> np.ndarray:
         """Each architecture's probability of measuring over some corrected limit (0 without a correction)."""
         fits = np.ones(len(keys))
-        if not len(keys):
+        if not len(keys) or not self.corrected_limits():
             return 1.0 - fits
         predicted_all = self.mask.model.predict_many(np.asarray(keys, dtype=np.int64))
         for metric in self.corrected_limits():

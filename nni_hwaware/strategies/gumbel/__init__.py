@@ -23,7 +23,7 @@ Importing this package imports NNI's one-shot code and Lightning.
 The modules, from the options up to the whole job:
 
 * ``strategy_config`` -- the strategy's options: penalty, temperature, stages;
-  ``config`` -- the job's (:class:`GumbelSearchConfig`, read from YAML), the supernet's
+  ``job_config`` -- the job's (:class:`GumbelSearchConfig`, read from YAML), the supernet's
   training and the sweep;
 * ``supernet`` -- one shared Gumbel mask per label; ``penalty`` -- the differentiable
   hardware terms of the loss; ``staged`` -- the stage plan;

@@ -99,7 +99,7 @@ class EpochMetrics:
         """Latency and memory expected under ``softmax(alpha)``, and predicted for the current argmax."""
         penalty = self.hardware_penalty
         latency, memory = penalty.expected_costs({label: self.masks.probabilities(label) for label in self.masks.labels})
-        arch_latency, arch_memory = penalty.expected_costs(penalty._one_hot(self.architecture()))
+        arch_latency, arch_memory = penalty.expected_costs(penalty.one_hot(self.architecture()))
         return {"expected_latency_ms": float(latency), "expected_memory_mb": float(memory),
                 "arch_latency_ms": float(arch_latency), "arch_memory_mb": float(arch_memory)}
 

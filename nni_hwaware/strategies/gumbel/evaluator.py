@@ -5,7 +5,7 @@
 SGD on the weights, training batches for the weights and validation batches for the
 architecture, each in an :class:`EpochShuffle` order (the same batches after a resume), a
 Lightning ``last.ckpt`` checkpoint when ``search.checkpoint`` is on, DDP over
-``search.devices`` > 1 (whose extra processes :func:`_is_rank_zero` tells apart).
+``search.devices`` > 1 (whose extra processes :func:`is_rank_zero` tells apart).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from torch.utils.data import Dataset, Sampler
 from nni_hwaware.spaces.skeleton import SpaceConfig
 from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 
-__all__ = ["EpochShuffle", "gumbel_evaluator"]
+__all__ = ["EpochShuffle", "gumbel_evaluator", "is_rank_zero"]
 
 
 class EpochShuffle(Sampler[int]):
@@ -83,7 +83,7 @@ def gumbel_evaluator(config: GumbelSearchConfig, space: SpaceConfig | Any, max_e
         gradient_clip_val=None)
 
 
-def _is_rank_zero() -> bool:
+def is_rank_zero() -> bool:
     """False in the extra processes of a multi-device (DDP) search: they stop after searching."""
     import os
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from nni_hwaware.cost_model import SpaceCostModel
 from nni_hwaware.errors import HwAwareError
-from nni_hwaware.strategies.gumbel.evaluator import _is_rank_zero
+from nni_hwaware.strategies.gumbel.evaluator import is_rank_zero
 from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
 
@@ -130,7 +130,7 @@ def measured_export(config: GumbelSearchConfig, space: Any, cost_model: SpaceCos
                                   export_check=dict(nearest))
     if outcome.history:
         outcome.history[-1] = {**outcome.history[-1], "export_checks": checks}
-    if _is_rank_zero():
+    if is_rank_zero():
         aims = {k: getattr(penalty, k) for k in ("latency_target", "memory_target") if getattr(penalty, k) is not None}
         save_architecture(outcome.arch_path, outcome.arch, space, alpha=penalty.alpha, **aims,
                           probabilities=outcome.probabilities, search_seconds=outcome.search_seconds,

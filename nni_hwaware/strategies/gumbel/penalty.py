@@ -110,7 +110,7 @@ class HardwarePenalty(nn.Module):
         self.labels = list(cost_model.labels)
         self.names = cost_model.choices()
         baseline = cost_model.predict(reference)
-        base_mem = float(self.expected_costs(self._one_hot(reference))[1])
+        base_mem = float(self.expected_costs(self.one_hot(reference))[1])
         #: What costs are divided by: the budget in budget mode, else the reference's cost (or 1).
         self.latency_budget = config.budget("latency_budget_ms", baseline.latency_ms)
         self.memory_budget = config.budget("memory_budget_mb", base_mem)
@@ -147,7 +147,7 @@ class HardwarePenalty(nn.Module):
                 [[float(rows.latency_ms.iloc[j]), float(rows.memory_mb.iloc[j])]
                  for j in range(len(self.names[label]))], dtype=torch.float32).T.contiguous()
 
-    def _one_hot(self, arch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    def one_hot(self, arch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         masks = {}
         for label in self.labels:
             mask = torch.zeros(len(self.names[label]))

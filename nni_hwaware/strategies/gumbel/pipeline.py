@@ -35,15 +35,15 @@ from typing import Any
 
 from nni_hwaware.files import write_json
 from nni_hwaware.spaces.skeleton import Architecture
-from nni_hwaware.strategies.gumbel.evaluator import _is_rank_zero
+from nni_hwaware.strategies.gumbel.evaluator import is_rank_zero
 from nni_hwaware.strategies.gumbel.export_check import measured_export
 from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
 from nni_hwaware.strategies.gumbel.points import (
-    _target_ratios,
     point_name,
     point_text,
     search_points,
+    target_ratios,
 )
 from nni_hwaware.strategies.gumbel.search import search
 
@@ -126,7 +126,7 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
     for name, run_config, point in points:
         outcome = search(run_config, space, cost_model, out / "search" / name,
                          report=report if name == points[0][0] else None)
-        if not _is_rank_zero():
+        if not is_rank_zero():
             return {}
         if run_config.penalty.latency_target is not None or run_config.penalty.memory_target is not None:
             outcome = measured_export(run_config, space, cost_model, outcome, log)
@@ -189,5 +189,5 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
 
 
 def _with_targets(result: Any, config: GumbelSearchConfig, baseline: Any) -> Any:
-    targets = _target_ratios(config, baseline)
+    targets = target_ratios(config, baseline)
     return dataclasses.replace(result, extra={**result.extra, "targets": targets}) if targets else result

@@ -7,7 +7,7 @@ from typing import Any
 
 from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 
-__all__ = ["point_name", "point_text", "search_points"]
+__all__ = ["point_name", "point_text", "search_points", "target_ratios", "target_share"]
 
 
 def search_points(config: GumbelSearchConfig) -> list[tuple[str, GumbelSearchConfig, dict[str, Any]]]:
@@ -55,18 +55,18 @@ def _alpha_name(alpha: float) -> str:
     return f"alpha_{alpha:g}".replace(".", "p")
 
 
-def _target_ratios(config: GumbelSearchConfig, baseline: Any) -> dict[str, float]:
+def target_ratios(config: GumbelSearchConfig, baseline: Any) -> dict[str, float]:
     """The penalty's targets as ratios to the baseline's predicted costs (``latency_ratio`` / ``memory_ratio``)."""
     out = {}
     for key, target, predicted in (("latency_ratio", config.penalty.latency_target, baseline.predicted_latency_ms),
                                    ("memory_ratio", config.penalty.memory_target, baseline.predicted_memory_mb)):
-        share = _target_share(target, predicted, key)
+        share = target_share(target, predicted, key)
         if share is not None:
             out[key] = share
     return out
 
 
-def _target_share(target: float | str | None, predicted: float | None, name: str) -> float | None:
+def target_share(target: float | str | None, predicted: float | None, name: str) -> float | None:
     """A target as a share of the baseline's predicted cost ("45%" or ms / MB; None when unknown)."""
     from nni_hwaware.strategies.job import budget_fraction
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
-from nni_hwaware.strategies.gumbel.points import _target_share
+from nni_hwaware.strategies.gumbel.points import target_share
 
 __all__ = ["check_refit", "refit_changes"]
 
@@ -51,7 +51,7 @@ def refit_changes(config: GumbelSearchConfig, summary: Mapping[str, Any]) -> dic
         if not (measured and predicted):
             raise HwAwareError(f"--refit: the first search's {name.split('_')[0]} ratio was not measured and "
                                "predicted both; nothing to correct it by")
-        share = _target_share(target, reference, name)
+        share = target_share(target, reference, name)
         if share is None:
             raise HwAwareError(f"--refit: the baseline's predicted cost is unknown; cannot read {name} {target!r} "
                                "as a share of it")

@@ -35,7 +35,7 @@ from nni_hwaware.strategies.gumbel.evaluator import gumbel_evaluator
 from nni_hwaware.strategies.gumbel.job_config import GumbelSearchConfig
 from nni_hwaware.strategies.gumbel.outcome import SearchOutcome
 
-__all__ = ["SearchOutcome", "gumbel_evaluator", "search"]
+__all__ = ["search"]
 
 
 def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: SpaceCostModel, out: Path, *,
@@ -61,9 +61,10 @@ def search(config: GumbelSearchConfig, space: SpaceConfig | Any, cost_model: Spa
     labels = list(cost_model.labels)
     max_epochs = StagePlan(labels, config.stages, config.temperature).max_total_epochs()
     start = time.perf_counter()
-    # The whole search draws from torch's global generator seeded here, and gives the caller's back after:
-    # the same seed takes the same path whatever ran before in the process (another search of a sweep).
-    with fixed_threads(config.search.threads), torch.random.fork_rng(devices=[]):
+    # The whole search draws from torch's global generators seeded here, and gives the caller's back after
+    # (the CPU's and each GPU's): the same seed takes the same path whatever ran before in the process.
+    gpus = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with fixed_threads(config.search.threads), torch.random.fork_rng(devices=gpus):
         torch.manual_seed(config.seed)  # the supernet's initial weights, then what training draws
         supernet = space.supernet()
         evaluator = gumbel_evaluator(config, space, max_epochs, out, callbacks)

@@ -209,8 +209,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from nni_hwaware.report import ModelResult
 
         ratios = target_ratios(seed_config, ModelResult.from_dict(summary["baseline"])) if targeted else {}
-        target_ratios = {**SEED_TARGETS, **ratios}
-        record["meets"] = meets(record, target_ratios)
+        targets = {**SEED_TARGETS, **ratios}
+        record["meets"] = meets(record, targets)
         record["meets_targets"] = all(record["meets"].values())
         per_seed.append(record)
         reports.append(Path(summary["report"]["markdown"]).read_text(encoding="utf-8"))
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     spread = over_seeds(per_seed, FIGURES)
     result: dict[str, Any] = {
         "config": str(args.config), "seeds": seeds, "quick": args.quick, "chip": per_seed[0]["chip"],
-        "target_ratios": target_ratios, "per_seed": per_seed,
+        "target_ratios": targets, "per_seed": per_seed,
         "median": {key: value["median"] for key, value in spread.items()}, "spread": spread,
         falls: all(record[falls] for record in per_seed),
         "all_seeds_meet_targets": all(record["meets_targets"] for record in per_seed),

@@ -113,7 +113,8 @@ def test_deliverables_time_the_onnx_exports_against_the_baseline_and_the_report_
     from nni_hwaware.report import write_report
 
     _, found, baseline, out = delivered
-    timing = found.extra["deliverables"]["onnx_timing"]
+    timing = found.extra["deliverables"]["timing"]
+    assert timing["format"] == "onnx"  # the default deployment runtime: ONNX Runtime
     low, high = timing["latency_ratio_ci95"]
     assert low <= timing["latency_ratio"] <= high and high / low < 1.5 and timing["rounds"] >= 20
     assert timing["latency_ratio"] == pytest.approx(timing["found_ms"] / timing["baseline_ms"], rel=0.25)

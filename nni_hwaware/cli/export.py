@@ -17,7 +17,7 @@ __all__ = ["run_export"]
 
 
 def add_export(parser: argparse.ArgumentParser) -> None:
-    from nni_hwaware.export import FORMATS
+    from nni_hwaware.export import KNOWN_FORMATS
 
     parser.add_argument("source", nargs="?",
                         help="a finished PPO experiment (id or directory: its found network) or an architecture "
@@ -25,15 +25,24 @@ def add_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", help="network.pt a search wrote (the trained network: its space, "
                                           "architecture and weights)")
     add_space(parser, required=False)
-    parser.add_argument("--format", action="append", choices=list(FORMATS),
-                        help="export format, repeatable (default: onnx and torchscript)")
+    parser.add_argument("--format", action="append", choices=list(KNOWN_FORMATS),
+                        help="export format, repeatable (default: onnx and torchscript); onnx-int8 is calibrated "
+                             "on 256 training images drawn by --seed")
     parser.add_argument("--seed", type=int, default=0, help="initialisation of an untrained network (default: 0)")
     parser.add_argument("--out", required=True, help="directory for network.onnx / network.torchscript.pt")
 
 
-@command("export", "export a network of any space to ONNX / TorchScript, checked against PyTorch", add_export)
+@command("export", "export a network of any space to ONNX / TorchScript / int8 ONNX / OpenVINO, checked against "
+                   "PyTorch", add_export)
 def run_export(args: argparse.Namespace) -> int:
-    from nni_hwaware.export import FORMATS, export_network, export_source, file_name, onnx_available
+    from nni_hwaware.export import (
+        FORMATS,
+        calibration_images,
+        export_network,
+        export_source,
+        file_name,
+        onnx_available,
+    )
 
     chosen = export_source(args.source, weights=args.weights, space=args.space, space_args=space_args(args),
                            seed=args.seed)
@@ -47,10 +56,12 @@ def run_export(args: argparse.Namespace) -> int:
         print("no ONNX export: install the onnx extra (pip install 'nni-hwaware[onnx]')")
     print(f"exporting {chosen.description}")
     out = Path(args.out)
+    shape = tuple(chosen.named.input_shape)
+    calibration = calibration_images(chosen.named.dataset, shape, seed=args.seed) if "onnx-int8" in formats else None
     bad = []
     for fmt in formats:
-        check = export_network(chosen.network, tuple(chosen.named.input_shape), out / file_name(fmt), fmt,
-                               seed=args.seed)
+        check = export_network(chosen.network, shape, out / file_name(fmt), fmt, seed=args.seed,
+                               calibration=calibration)
         state = "matches PyTorch" if check.matches else "DIFFERS from PyTorch"
         print(f"{check.path}: {state} on a batch of {check.batch} (largest difference {check.max_abs_diff:.2g})")
         if not check.matches:

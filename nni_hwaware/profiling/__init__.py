@@ -11,9 +11,9 @@ The building blocks of the per-chip cost tables:
   :func:`param_bytes`, :func:`peak_activation_bytes`;
 * :func:`detect_chip`, :func:`measure_peak_flops`, :func:`fixed_threads`;
 * the backend registry (:func:`get_backend`, :func:`register_backend`),
-  with ``"torch"`` and ``"onnxruntime"`` built in.
+  with ``"torch"``, ``"onnxruntime"``, ``"onnxruntime-int8"`` and ``"openvino"`` built in.
 
-Importing this package imports torch but not onnxruntime, and never
+Importing this package imports torch but neither onnxruntime nor OpenVINO, and never
 initialises CUDA.
 """
 
@@ -33,9 +33,11 @@ from nni_hwaware.profiling.backends import (
 )
 from nni_hwaware.profiling.chips import ChipInfo, detect_chip, fixed_threads, measure_peak_flops
 from nni_hwaware.profiling.flops import count_flops, count_params
+from nni_hwaware.profiling.int8 import OnnxRuntimeInt8Backend, quantize_onnx
 from nni_hwaware.profiling.interleaved import interleaved_latency
 from nni_hwaware.profiling.measure import BYTES_PER_MB, ModuleCost, measure_module, measure_modules
 from nni_hwaware.profiling.memory import param_bytes, peak_activation_bytes
+from nni_hwaware.profiling.openvino_runtime import OpenVinoBackend
 from nni_hwaware.profiling.rounds import (
     ItemTiming,
     RoundsTiming,
@@ -54,6 +56,8 @@ __all__ = [
     "ItemTiming",
     "ModuleCost",
     "OnnxRuntimeBackend",
+    "OnnxRuntimeInt8Backend",
+    "OpenVinoBackend",
     "RoundsTiming",
     "Runner",
     "TorchBackend",
@@ -72,6 +76,7 @@ __all__ = [
     "param_bytes",
     "peak_activation_bytes",
     "quantile_interval",
+    "quantize_onnx",
     "register_backend",
     "split_outliers",
     "time_in_rounds",

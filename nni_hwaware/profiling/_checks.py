@@ -19,11 +19,20 @@ __all__ = [
     "as_input_tuple",
     "check_module",
     "check_positive_int",
+    "device_type",
     "parse_device",
 ]
 
 #: What to run when an optional dependency of the ONNX path is missing.
 ONNX_INSTALL_HINT = "pip install 'nni-hwaware[onnx]'"
+
+
+def device_type(device: str) -> str:
+    """The kind of ``device`` (``cpu``, ``cuda``, ...), without asking whether it is there."""
+    try:
+        return torch.device(device).type
+    except (RuntimeError, TypeError):
+        return parse_device(device).type  # its own one-line error
 
 
 def check_module(module: object) -> nn.Module:

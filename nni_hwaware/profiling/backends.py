@@ -20,6 +20,11 @@ Built in:
 * ``"onnxruntime"`` -- the module exported to ONNX (opset
   :data:`ONNX_OPSET`) and run by an ``onnxruntime.InferenceSession``; needs
   ``pip install 'nni-hwaware[onnx]'``.
+* ``"onnxruntime-int8"`` -- the same export quantized statically to int8
+  (:mod:`nni_hwaware.profiling.int8`).
+* ``"openvino"`` -- the same export compiled by OpenVINO for its CPU plugin
+  (:mod:`nni_hwaware.profiling.openvino_runtime`); needs
+  ``pip install 'nni-hwaware[openvino]'``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from nni_hwaware.profiling._checks import ONNX_INSTALL_HINT, check_module, parse
 __all__ = [
     "ONNX_OPSET",
     "Backend",
+    "OnnxRunner",
     "OnnxRuntimeBackend",
     "Runner",
     "TorchBackend",
@@ -239,7 +245,7 @@ def export_onnx(
         return "dynamo"
 
 
-class _OrtRunner:
+class OnnxRunner:
     """Runs an ``InferenceSession`` on a fixed input.
 
     CPU: the input is a NumPy array and ``session.run`` returns NumPy.
@@ -331,7 +337,7 @@ class OnnxRuntimeBackend(Backend):
         except BaseException:
             tmpdir.cleanup()
             raise
-        return _OrtRunner(session, example, dev, tmpdir, exporter)
+        return OnnxRunner(session, example, dev, tmpdir, exporter)
 
 
 def onnx_session(path: str | Path, device: str = "cpu") -> Any:

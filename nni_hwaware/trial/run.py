@@ -88,7 +88,7 @@ def screening_metrics(named: Any, params: TrialParameters, seed: int) -> dict[st
     for arch, measured in zip(archs, results, strict=True):
         over = over_budget(measured, params)
         screened.append({**measured, "arch": dict(arch), "fits": not over, **({"over": over} if over else {})})
-    return {"default": 0.0, "screening": True, "measured": len(screened),
+    return {"default": 0.0, "screening": True, "measured": len(screened), "measured_in": params.measuring.backend,
             "fit": sum(s["fits"] for s in screened),
             "latency_ms": min(s["latency_ms"] for s in screened),
             "screened": json.dumps(screened, separators=(",", ":"))}
@@ -191,14 +191,15 @@ def measure_then_train(named: Any, arch: Mapping[str, Any], params: TrialParamet
     the parameters carry: the search counts such a network a failure whatever its accuracy, so the
     measurement is all it needs. A network a screening trial measured (``params.measured``) is trained
     without measuring it again."""
+    runtime = {"measured_in": params.measuring.backend}  # the portal says which runtime measured it
     if params.measured:
-        return trial_metrics(arch, train(), params.costs, params.measured)
+        return {**trial_metrics(arch, train(), params.costs, params.measured), **runtime}
     measured = measured_costs(named, arch, params.reference, seed, params.measuring)
     if over := over_budget(measured, params):
-        final = untrained_metrics(arch, params.costs, measured, over)
+        final = {**untrained_metrics(arch, params.costs, measured, over), **runtime}
         print(f"{final['not_trained']}: not trained")
         return final
-    return trial_metrics(arch, train(), params.costs, measured)
+    return {**trial_metrics(arch, train(), params.costs, measured), **(runtime if measured else {})}
 
 
 def over_budget(measured: Mapping[str, Any], params: TrialParameters) -> list[str]:
@@ -221,27 +222,59 @@ def retrain_metrics(baseline: Any, found: Any) -> dict[str, Any]:
     :class:`~nni_hwaware.training.ModelResult` s (JSON, under ``results``) for the tuner's report."""
     comparison = found.extra.get("vs_baseline", {})
     ci = comparison.get("latency_ratio_ci95") or [None, None]
+    in_torch = found.extra.get("vs_baseline_torch") or comparison  # PyTorch's ratio (the same one on torch)
+    torch_ci = in_torch.get("latency_ratio_ci95") or [None, None]
     return {"default": found.test_top1, "retrain": True, "test_top3": found.test_top3,
             "latency_ms": found.latency_ms, "memory_mb": found.memory_mb,
             "baseline_test_top1": baseline.test_top1, "baseline_latency_ms": baseline.latency_ms,
+            # the headline: the ratio in the deployment runtime; PyTorch's beside it
+            "deploy_backend": comparison.get("backend", "torch"),
             "latency_ratio": comparison.get("latency_ratio"), "latency_ratio_ci95_low": ci[0],
-            "latency_ratio_ci95_high": ci[1], "memory_ratio": comparison.get("memory_ratio"),
+            "latency_ratio_ci95_high": ci[1], "torch_latency_ratio": in_torch.get("latency_ratio"),
+            "torch_latency_ratio_ci95_low": torch_ci[0], "torch_latency_ratio_ci95_high": torch_ci[1],
+            "memory_ratio": comparison.get("memory_ratio"),
             **_deliverable_metrics(found.extra.get("deliverables")),
             "results": json.dumps({"baseline": baseline.to_dict(), "found": found.to_dict()}),
             "arch": json.dumps(found.arch, separators=(",", ":"))}
 
 
 def _deliverable_metrics(summary: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The deliverables' headline figures for the portal: where they are, the ONNX Runtime ratio."""
+    """The deliverables' headline figures for the portal: where they are, the ratio of the deployment
+    format's exports in their runtime, each export's test accuracy."""
     if not summary:
         return {}
     metrics: dict[str, Any] = {"deliverables_dir": summary["dir"], "deliverables_host": summary["host"]}
-    timing = summary.get("onnx_timing")
+    timing = summary.get("timing")
     if timing:
-        metrics.update(onnx_latency_ratio=timing["latency_ratio"],
-                       onnx_latency_ratio_ci95_low=timing["latency_ratio_ci95"][0],
-                       onnx_latency_ratio_ci95_high=timing["latency_ratio_ci95"][1])
+        metrics.update(exported_format=timing["format"], exported_latency_ratio=timing["latency_ratio"],
+                       exported_latency_ratio_ci95_low=timing["latency_ratio_ci95"][0],
+                       exported_latency_ratio_ci95_high=timing["latency_ratio_ci95"][1])
+    for fmt, entry in summary.get("exports", {}).items():
+        metrics[f"{fmt.replace('-', '_')}_test_top1"] = entry.get("test_top1")
     return metrics
+
+
+def compare_in_runtimes(named: Any, results: Mapping[str, Any], rounds: int, seed: int,
+                        measuring: Measuring) -> tuple[Any, Any]:
+    """The found network and the baseline timed interleaved in the deployment runtime (``measuring``: the
+    table's backend, batch size, threads, device), the report's headline; with another backend than
+    PyTorch, PyTorch's ratio (what trains) beside it in ``found.extra["vs_baseline_torch"]``."""
+    import dataclasses
+
+    from nni_hwaware.training import compare_with_baseline
+
+    options = measuring.to_dict()
+    baseline, found = compare_with_baseline(named, results["baseline"], results["found"], rounds=rounds, seed=seed,
+                                            **options)
+    extra = {**found.extra, "vs_baseline": {**found.extra["vs_baseline"], "backend": measuring.backend}}
+    if measuring.backend != "torch":
+        _, in_torch = compare_with_baseline(named, results["baseline"], results["found"], rounds=rounds, seed=seed,
+                                            **{**options, "backend": "torch"})
+        torch_side = in_torch.extra["vs_baseline"]
+        extra["vs_baseline_torch"] = {k: torch_side[k] for k in ("latency_ratio", "latency_ratio_ci95", "rounds",
+                                                                  "spread")}
+        extra["torch_latency_ms"] = in_torch.latency_ms
+    return dataclasses.replace(found, extra=extra), baseline
 
 
 def _retrain(named: Any, params: TrialParameters, train: Any) -> int:
@@ -252,7 +285,7 @@ def _retrain(named: Any, params: TrialParameters, train: Any) -> int:
 
     from nni_hwaware.export import deliver
     from nni_hwaware.report.search import best_trial
-    from nni_hwaware.training import compare_with_baseline, evaluate_architecture
+    from nni_hwaware.training import evaluate_architecture
 
     job = params.retrain
     assert job is not None
@@ -268,9 +301,9 @@ def _retrain(named: Any, params: TrialParameters, train: Any) -> int:
                                             predicted_latency_ms=predicted[name].get("latency_ms"),
                                             predicted_memory_mb=predicted[name].get("memory_mb"))
         nni.report_intermediate_result({"default": results[name].test_top1, "retrained": name})
-    baseline, found = compare_with_baseline(named, results["baseline"], results["found"], rounds=job.rounds,
-                                            seed=train.seed)
-    found = deliver(named, found, baseline, space=params.space, space_args=params.space_args, train=train)
+    found, baseline = compare_in_runtimes(named, results, job.rounds, train.seed, params.measuring)
+    found = deliver(named, found, baseline, space=params.space, space_args=params.space_args, train=train,
+                    backend=params.measuring.backend)
     final = retrain_metrics(baseline, found)
     nni.report_final_result(final)
     for line in found.extra["vs_baseline"]["warnings"]:

@@ -10,7 +10,9 @@ rounds (which cancels drift of the machine's speed between profiling and checkin
 The noise ceiling is the Spearman of the two passes. With ``--load`` each space is done
 twice: quiet, then with the load harness on (:class:`~nni_hwaware.profiling.load.BackgroundLoad`)
 for both the profile and the check. Prints a line per space and condition and one JSON
-object on its last line: ``{"spaces": {"<space>": {"quiet": {...}, "loaded": {...}}}}``.
+object on its last line: ``{"backend", "busy", "spaces": {"<space>": {"quiet": {...}, "loaded": {...}}}}``.
+``--backend`` picks the runtime profiled and checked (``onnxruntime``, ``onnxruntime-int8``, ...);
+``--busy N`` runs N more CPU-bound processes beside the load harness.
 
     PYTHONPATH=examples/own_space python benchmarks/lut_fidelity.py --load -k 60 \
         --space digits --space nni:NasBench201 --space nni:ProxylessNAS --space own_space:OwnSpace
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -35,14 +38,15 @@ DEFAULT_SPACES = ["nni:NasBench201", "nni:ProxylessNAS", "nni:ShuffleNetSpace", 
                   "own_space:OwnSpace", "digits"]
 
 
-def run(spec: str, k: int, batch_size: int, seed: int, check_seconds: float) -> dict[str, object]:
+def run(spec: str, k: int, batch_size: int, seed: int, check_seconds: float,
+        backend: str = "torch") -> dict[str, object]:
     named = resolve_space(spec)
     start = time.perf_counter()
     leaves = find_leaves(named.space, named.dummy_input())
     table = profile_model_space(named.space, named.dummy_input(), leaves=leaves, batch_size=batch_size,
-                                seed=seed, progress=False, reference=named.baseline)
+                                backend=backend, seed=seed, progress=False, reference=named.baseline)
     profiled = time.perf_counter() - start
-    model = space_cost_model(leaves, table, batch_size=batch_size, name=spec)
+    model = space_cost_model(leaves, table, backend=backend, batch_size=batch_size, name=spec)
     figures, _ = check_fidelity(named.space, model, named.input_shape, k, seed=seed,
                                 reference=named.baseline(model), max_seconds=check_seconds * (2 * k + 1))
     latency = figures["latency"]
@@ -68,16 +72,27 @@ def main() -> None:
                         help="seconds of shared rounds per network timed by the check (both passes and the "
                              "reference): the truth's precision; `validate` gives 1 s by default")
     parser.add_argument("--load", action="store_true", help="also profile and check each space under the load harness")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="with --load: this many more CPU-bound processes beside the harness (each "
+                             "`python -c 'while True: pass'`, started and stopped by this script)")
+    parser.add_argument("--backend", default="torch", help="the runtime profiled and checked (onnxruntime, ...)")
     args = parser.parse_args()
     results: dict[str, dict[str, object]] = {}
     for spec in args.space or DEFAULT_SPACES:
-        results[spec] = {"quiet": run(spec, args.k, args.batch_size, args.seed, args.check_seconds)}
+        results[spec] = {"quiet": run(spec, args.k, args.batch_size, args.seed, args.check_seconds, args.backend)}
         print(f"{spec} quiet: {json.dumps(results[spec]['quiet'])}", flush=True)
         if args.load:
-            with BackgroundLoad(seed=args.seed, seconds=3600):
-                results[spec]["loaded"] = run(spec, args.k, args.batch_size, args.seed, args.check_seconds)
+            busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+            try:
+                with BackgroundLoad(seed=args.seed, seconds=3600):
+                    results[spec]["loaded"] = run(spec, args.k, args.batch_size, args.seed, args.check_seconds,
+                                                  args.backend)
+            finally:
+                for process in busy:
+                    process.kill()
+                    process.wait()
             print(f"{spec} loaded: {json.dumps(results[spec]['loaded'])}", flush=True)
-    print(json.dumps({"spaces": results}))
+    print(json.dumps({"backend": args.backend, "busy": args.busy, "spaces": results}))
 
 
 if __name__ == "__main__":

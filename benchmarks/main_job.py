@@ -8,13 +8,15 @@ measured by its trial and predicted), the search's cost correction, the
 search trials over each budget as measured and as predicted (and how many were measured over it
 before training and not trained, against the median seconds a search trial trains), the median measured /
 predicted latency of the trials, and the retrained best network against the retrained
-baseline: test accuracy, the latency ratio timed in shared rounds with its 95 % interval, the measured
+baseline: test accuracy, the latency ratio timed in shared rounds with its 95 % interval in the
+deployment runtime (``deploy_backend``, config.yml's ``backend``) and in PyTorch beside it, the measured
 memory ratio, the predicted ratios, and any warning the comparison raised; the search's mean
 milliseconds per decision and the zero-cost proxy's networks scored and milliseconds per network.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -32,8 +34,13 @@ from nni_hwaware.report.search import best_trial
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", help="the deployment runtime (default: config.yml's)")
+    args = parser.parse_args(argv)
     template = yaml.safe_load((ROOT / "config.yml").read_text())
+    if args.backend:
+        template["tuner"]["classArgs"]["backend"] = args.backend
     template["searchSpaceFile"] = str(ROOT / template["searchSpaceFile"])
     template["trialCodeDirectory"] = str(ROOT)
     template["tuner"]["codeDirectory"] = str(ROOT)
@@ -87,8 +94,17 @@ def main() -> None:
             "measured_over_predicted_latency_median": ratios[len(ratios) // 2] if ratios else None,
             "found_test_top1": final.get("default"), "baseline_test_top1": final.get("baseline_test_top1"),
             "found_latency_ms": final.get("latency_ms"), "baseline_latency_ms": final.get("baseline_latency_ms"),
+            # the headline in the deployment runtime (config.yml's backend); PyTorch's, which trains, beside
+            "deploy_backend": final.get("deploy_backend"),
             "latency_ratio": final.get("latency_ratio"),
             "latency_ratio_ci95": [final.get("latency_ratio_ci95_low"), final.get("latency_ratio_ci95_high")],
+            "torch_latency_ratio": final.get("torch_latency_ratio"),
+            "torch_latency_ratio_ci95": [final.get("torch_latency_ratio_ci95_low"),
+                                         final.get("torch_latency_ratio_ci95_high")],
+            "exported_format": final.get("exported_format"),
+            "exported_latency_ratio": final.get("exported_latency_ratio"),
+            "exports_test_top1": {k[: -len("_test_top1")]: v for k, v in final.items()
+                                  if k.endswith("_test_top1") and k not in ("baseline_test_top1",)},
             "memory_ratio": final.get("memory_ratio"), "predicted_latency_ratio": measured.get("predicted_latency_ratio"),
             "predicted_memory_ratio": measured.get("predicted_memory_ratio"), "warnings": measured.get("warnings", []),
             "cost_correction": report.get("correction"),

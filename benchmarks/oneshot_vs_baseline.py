@@ -37,7 +37,7 @@ checked are seed 001's 45 % / 51 %.
 one epoch per stage, one retraining epoch and a small profiling budget, to check the
 benchmark end to end (its figures mean nothing).
 
-    python benchmarks/oneshot_vs_baseline.py --seeds 3 [--load] [--seed 0] [--table t.csv]
+    python benchmarks/oneshot_vs_baseline.py --seeds 3 [--load] [--seed 0] [--table t.csv] [--backend onnxruntime]
 """
 
 from __future__ import annotations
@@ -162,6 +162,8 @@ def _config(args: argparse.Namespace) -> Any:
         changes["sweep.targets"] = list(args.targets)
     if args.table:
         changes["cost.table"] = args.table
+    if args.backend:  # the deployment runtime: the table, the penalty, the export checks, the final timing
+        changes["cost.backend"] = args.backend
     config = config.replace(**changes)
     from nni_hwaware.strategies.gumbel.points import search_points
 
@@ -175,7 +177,7 @@ def _table(config: Any, out: Path, seed: int) -> tuple[str, float]:
     """The cost table every seed uses: the config's, or this CPU profiled once into ``out``."""
     if config.cost.table:
         return config.cost.table, 0.0
-    path = out / "cost_table.csv"
+    path = out / f"cost_table_{config.cost.backend}.csv"
     if path.exists():
         return str(path), 0.0
     start = time.perf_counter()
@@ -183,7 +185,7 @@ def _table(config: Any, out: Path, seed: int) -> tuple[str, float]:
     from nni_hwaware.spaces.resolve import resolve_space
 
     named = resolve_space(config.space, **config.space_args)
-    table = profile_space(named, threads=config.cost.threads, seed=seed, progress=False,
+    table = profile_space(named, threads=config.cost.threads, seed=seed, progress=False, backend=config.cost.backend,
                           max_seconds=config.cost.profile_seconds)
     table.save(path)
     return str(path), time.perf_counter() - start
@@ -257,6 +259,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0, help="the first seed (and the load harness's)")
     parser.add_argument("--seeds", type=int, default=1, help="how many seeds: seed, seed + 1, ...")
     parser.add_argument("--table", help="reuse this cost table (default: profile this CPU into <out> once)")
+    parser.add_argument("--backend", help="the deployment runtime (onnxruntime, ...; default: the config's)")
     parser.add_argument("--targets", nargs="*", help="latency targets of the sweep (default: the config's)")
     parser.add_argument("--alphas", type=float, nargs="*", help="sweep alphas instead: the fixed-weight form")
     parser.add_argument("--load", action="store_true", help="run everything under the load harness")

@@ -176,12 +176,12 @@ def test_several_bad_rows_are_counted() -> None:
 
 
 def test_duplicate_keys_are_rejected_naming_the_key() -> None:
-    # same key with a different kind and different measurements is still a duplicate
+    # same key (threads are part of it) with a different kind and different measurements is still a duplicate
     rows = [*chip_a(), record(CONV, "chipA", 2.0, 0.5, 0.5, 2.0, kind="fixed")]
     message = error(CostTable.from_records, rows)
     assert message == (
         "cost table has 2 rows for the key (block='conv3x3', input_shape='16x32x32', "
-        "out_channels=32, stride=2, chip='chipA', backend='torch', batch_size=1); "
+        "out_channels=32, stride=2, chip='chipA', backend='torch', batch_size=1, threads=4); "
         "keep only one of them (e.g. drop the older profile)"
     )
 

@@ -162,3 +162,34 @@ def test_the_retraining_headline_is_the_deployment_runtimes_ratio_with_pytorchs_
 
     text = measured_markdown(found)
     assert "interleaved: " in text and "), in test-deploy" in text and "in PyTorch (what trains)" in text
+
+
+def test_a_table_gains_the_runtimes_rows_and_keeps_each_thread_count_apart(tmp_path: Path) -> None:
+    """A table profiled for PyTorch, asked for ONNX Runtime, is profiled so and the rows added to its file;
+    the thread count is part of a row's key, and the model reads the rows of the count it is asked for."""
+    from nni_hwaware.cost_model.for_space import load_or_profile, load_space_model
+
+    named = resolve_space("digits_tiny")
+    path = tmp_path / "t.csv"
+    options = {"progress": False, "max_seconds": 0.3}
+    torch_table = load_or_profile(named, path, backend="torch", **options)
+    assert torch_table.backends() == ["torch"]
+    both = load_or_profile(named, path, backend="onnxruntime", **options)
+    assert both.backends() == ["onnxruntime", "torch"] and len(both) == 2 * len(torch_table)
+    written = path.stat().st_mtime_ns
+    assert len(load_or_profile(named, path, backend="onnxruntime", **options)) == len(both)
+    assert path.stat().st_mtime_ns == written  # held: not profiled again
+    twice = load_or_profile(named, path, backend="onnxruntime", threads=2, **options)
+    ort = twice.frame[twice.frame.backend == "onnxruntime"]
+    assert sorted(ort.threads.unique()) == [1, 2] and len(twice) == len(both) + len(ort) // 2
+    one = load_space_model(named, path, backend="onnxruntime", threads=1)
+    two = load_space_model(named, path, backend="onnxruntime", threads=2)
+    assert one.threads == 1 and two.threads == 2
+    arch = named.baseline(one) if callable(named.baseline) else dict(named.baseline)
+    assert one.predict(arch).flops == two.predict(arch).flops  # the same networks, timed apart
+    from nni_hwaware.cost_model.for_space import space_model
+
+    with pytest.raises(HwAwareError, match=r"timed with \[1, 2\] threads; choose one"):
+        space_model(named, twice, backend="onnxruntime")
+    with pytest.raises(HwAwareError, match="at threads \\[1, 2\\]; pick one"):
+        twice.lookup_many([], chip=twice.chips()[0], backend="onnxruntime", batch_size=1)

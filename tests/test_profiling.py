@@ -187,8 +187,8 @@ def test_measure_peak_flops_positive() -> None:
 
 
 def test_unknown_backend_lists_known_names() -> None:
-    assert {"torch", "onnxruntime"} <= set(available_backends())
-    with pytest.raises(HwAwareError, match=r"unknown backend 'nope'.*onnxruntime, torch"):
+    assert {"torch", "onnxruntime", "onnxruntime-int8", "openvino"} <= set(available_backends())
+    with pytest.raises(HwAwareError, match=r"unknown backend 'nope'; choose one of: onnxruntime, onnxruntime-int8, openvino, torch"):
         get_backend("nope")
 
 

@@ -60,21 +60,42 @@ def load_or_profile(named: Any, path: str | os.PathLike[str] | None, *, chip: st
                     seed: int = 0, progress: bool = False, max_seconds: float | None = None) -> CostTable:
     """The table at ``path``; when there is none, the space profiled on this machine (and saved there).
 
+    A table of this machine's chip without rows for ``backend`` / ``batch_size`` / ``threads`` (profiled
+    for another runtime, say) gets them: the space is profiled so and the rows are added to the file.
     ``max_seconds`` bounds the profiling's timing rounds (None:
     :func:`~nni_hwaware.profiling.measure.time_budget`)."""
-    if path is not None and Path(path).is_file():
-        return CostTable.load(path)
+    table = CostTable.load(path) if path is not None and Path(path).is_file() else None
+    if table is not None and not _lacks(table, chip, backend, batch_size, device, threads):
+        return table
     table = profile_model_space(named.space, named.dummy_input(), chip=chip, backend=backend, device=device,
-                                batch_size=batch_size, threads=threads, seed=seed, progress=progress,
+                                batch_size=batch_size, threads=threads, seed=seed, progress=progress, table=table,
                                 leaves=_leaves(named), max_seconds=max_seconds, reference=named.baseline)
     if path is not None:
         table.save(path)
     return table
 
 
+def _lacks(table: CostTable, chip: str | None, backend: str, batch_size: int, device: str,
+           threads: int | None) -> bool:
+    """Whether ``table`` lacks rows of this machine's chip for the backend, batch size and thread count
+    that profiling here adds: when it holds this chip, or ``chip`` names it. A table of another chip is
+    left as it is (its model says what is missing)."""
+    from nni_hwaware.profiling.chips import detect_chip
+
+    here = detect_chip(device, threads)
+    if (chip or here.name) != here.name or (chip is None and here.name not in table.chips()):
+        return False
+    name = here.name
+    frame = table.frame
+    return not ((frame.chip == name) & (frame.backend == backend) & (frame.batch_size == batch_size)
+                & (frame.threads == here.threads)).any()
+
+
 def space_model(named: Any, table: CostTable, *, chip: str | None = None, backend: str = "torch",
-                batch_size: int = 1) -> SpaceCostModel:
-    """The cost model of ``named`` (a :class:`~nni_hwaware.spaces.resolve.NamedSpace`) from ``table``."""
+                batch_size: int = 1, threads: int | None = None) -> SpaceCostModel:
+    """The cost model of ``named`` (a :class:`~nni_hwaware.spaces.resolve.NamedSpace`) from ``table``; of
+    the rows timed with ``threads`` intra-op threads where the table holds several counts."""
+    table = _at_threads(table, chip, backend, batch_size, threads)
     frame = table.frame
     if (frame.kind == "leaf").any():
         return space_cost_model(_leaves(named), table, chip=chip, backend=backend, batch_size=batch_size,
@@ -86,6 +107,26 @@ def space_model(named: Any, table: CostTable, *, chip: str | None = None, backen
     from nni_hwaware.cost_model.block_table import BlockCostModel
 
     return block_cost_model(BlockCostModel(table, config, chip=chip, backend=backend, batch_size=batch_size))
+
+
+def _at_threads(table: CostTable, chip: str | None, backend: str, batch_size: int,
+                threads: int | None) -> CostTable:
+    """``table`` less the rows of the same chip, backend and batch size at other thread counts than
+    ``threads`` (the only count there when None); the table itself when it holds one count."""
+    frame = table.frame
+    same = (frame.backend == backend) & (frame.batch_size == batch_size)
+    if chip is not None:
+        same &= frame.chip == chip
+    counts = sorted(int(t) for t in frame.threads[same].unique())
+    if len(counts) <= 1:
+        return table
+    if threads is None:
+        raise HwAwareError(f"the cost table holds backend {backend!r} at batch size {batch_size} timed with "
+                           f"{counts} threads; choose one with threads=... (--threads)")
+    if threads not in counts:
+        raise HwAwareError(f"the cost table has no rows for backend {backend!r} at batch size {batch_size} "
+                           f"timed with {threads} threads, only {counts}; profile it so, or choose one of these")
+    return CostTable(frame[~same | (frame.threads == threads)].reset_index(drop=True))
 
 
 def is_choice_table(path: str | os.PathLike[str]) -> bool:
@@ -108,4 +149,4 @@ def load_space_model(named: Any, path: str | os.PathLike[str] | None, *, chip: s
         return choice_cost_model(path, choices=named.choices(), name=named.name, chip=chip or "")
     table = load_or_profile(named, path, chip=chip, backend=backend, batch_size=batch_size, device=device,
                             threads=threads, seed=seed, max_seconds=max_seconds)
-    return space_model(named, table, chip=chip, backend=backend, batch_size=batch_size)
+    return space_model(named, table, chip=chip, backend=backend, batch_size=batch_size, threads=threads)

@@ -184,7 +184,8 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
         have: set[tuple[str, str]] = set()
         if table is not None and len(table):
             frame = table.frame
-            frame = frame[(frame.chip == chip) & (frame.backend == backend) & (frame.batch_size == batch_size)]
+            frame = frame[(frame.chip == chip) & (frame.backend == backend) & (frame.batch_size == batch_size)
+                      & (frame.threads == n_threads)]
             have = set(zip(frame.block, frame.input_shape, strict=True))
         todo = [i for i, e in enumerate(leaves.entries) if (e.block, e.shape_str) not in have]
         peak = peak_flops if peak_flops is not None else (
@@ -202,7 +203,7 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
                                             batch_size=batch_size, backend=backend, device=device,
                                             threads=n_threads, seed=seed, probe=0, **timing)
             scale = _merge_scale(table, [leaves.entries[i] for i in anchors], costs[len(todo):],
-                                 chip=chip, backend=backend, batch_size=batch_size)
+                                 chip=chip, backend=backend, batch_size=batch_size, threads=n_threads)
             drift = rounds.drift.get("probe_drift", math.nan)
             for i, cost in zip(todo, costs[: len(todo)], strict=True):
                 records.append(_leaf_row(leaves.entries[i], cost, scale, chip=chip, backend=backend,
@@ -215,9 +216,11 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
         block = network_block(leaves)
         frame = result.frame
         calibrated = ((frame.block == block) & (frame.chip == chip) & (frame.backend == backend)
-                      & (frame.batch_size == batch_size)).any()
+                      & (frame.batch_size == batch_size)
+                      & (frame.threads == n_threads)).any()
         if calibration_samples > 0 and not calibrated:
-            same = frame[(frame.chip == chip) & (frame.backend == backend) & (frame.batch_size == batch_size)]
+            same = frame[(frame.chip == chip) & (frame.backend == backend) & (frame.batch_size == batch_size)
+                      & (frame.threads == n_threads)]
             template = records[0] if records else same.iloc[0].to_dict()  # this chip's columns
             result = result.merge(_network_row(
                 space, leaves, result, calibration_samples, chip=chip, backend=backend, device=device,
@@ -235,12 +238,13 @@ def _table_peak(table: CostTable | None, chip: str) -> float | None:
 
 
 def _merge_scale(table: CostTable | None, entries: list[Any], costs: list[Any], *, chip: str, backend: str,
-                 batch_size: int) -> float:
+                 batch_size: int, threads: int) -> float:
     """Median of (re-timed / stored) latency over the anchor rows: what puts new rows on the table's scale."""
     if table is None or not entries:
         return 1.0
     frame = table.frame
-    frame = frame[(frame.chip == chip) & (frame.backend == backend) & (frame.batch_size == batch_size)]
+    frame = frame[(frame.chip == chip) & (frame.backend == backend) & (frame.batch_size == batch_size)
+                  & (frame.threads == threads)]
     stored: dict[tuple[str, str], float] = {}
     for block, shape, ms in zip(frame.block, frame.input_shape, frame.latency_ms, strict=True):
         stored.setdefault((block, shape), float(ms))

@@ -49,8 +49,9 @@ multiplied by) and ``latency_terms`` (JSON ``{label: {repr(value): ms}}``, added
 value) complete it.
 
 A row is identified by every key column except ``kind`` (which only describes the
-block): two rows may not share (block, input_shape, out_channels, stride, chip,
-backend, batch_size). :class:`CostTable` validates strictly and recomputes nothing:
+block), and ``threads``: two rows may not share (block, input_shape, out_channels, stride,
+chip, backend, batch_size, threads); one table holds a runtime at several thread counts.
+:class:`CostTable` validates strictly and recomputes nothing:
 every column above is required (extra columns are kept, unvalidated, after them) and
 the derived columns (``memory_mb``, ``utilisation``, ``latency_cv``) are trusted as stored.
 Every validation failure raises :class:`~nni_hwaware.errors.HwAwareError` with a
@@ -88,7 +89,8 @@ _NONEMPTY = ("block", "kind", "input_shape", "chip", "backend")
 _STR = (*_NONEMPTY, "torch_version", "profiled_at", "device", "providers")
 _INT = ("out_channels", "stride", "batch_size", "runs", "flops", "params", "threads")
 _FLOAT = tuple(c for c in COLUMNS if c not in _STR and c not in _INT)
-_UNIQUE = [c for c in KEY_COLUMNS if c != "kind"]
+#: What identifies a row: the key columns but ``kind``, and the intra-op threads it was timed with.
+_UNIQUE = [*(c for c in KEY_COLUMNS if c != "kind"), "threads"]
 _BLOCK = ["block", "input_shape", "out_channels", "stride"]
 _POSITIVE = ("latency_ms", "peak_flops")  # > 0; every other number is >= 0, these >= 1:
 _AT_LEAST_1 = ("runs", "out_channels", "stride", "batch_size")
@@ -326,10 +328,10 @@ class CostTable:
         return sorted(int(v) for v in frame["batch_size"].unique())
 
     def select(self, chip: str | None = None, backend: str | None = None,
-               batch_size: int | None = None) -> CostTable:  # fmt: skip
+               batch_size: int | None = None, threads: int | None = None) -> CostTable:  # fmt: skip
         """The rows matching every given value; a value not in the table raises, listing those present."""
         df, where = self._frame, []
-        for col, value in (("chip", chip), ("backend", backend), ("batch_size", batch_size)):
+        for col, value in (("chip", chip), ("backend", backend), ("batch_size", batch_size), ("threads", threads)):
             if value is None:
                 continue
             present = sorted(df[col].unique().tolist())
@@ -354,6 +356,10 @@ class CostTable:
         Raises :class:`HwAwareError` naming the first key without a row.
         """
         sub = self.select(chip=chip, backend=backend, batch_size=batch_size)._frame
+        if sub["threads"].nunique() > 1:
+            raise HwAwareError(f"cost table holds chip {chip!r} (backend {backend!r}, batch_size {batch_size}) at "
+                               f"threads {sorted(int(t) for t in sub['threads'].unique())}; pick one with "
+                               "table.select(threads=...)")
         want = _keys_frame(keys)
         got = want.merge(sub, on=_BLOCK, how="left", indicator=True, sort=False)
         absent = got["_merge"] == "left_only"

@@ -110,8 +110,9 @@ def accuracy_latency_plot(points: Sequence[PlotPoint], path: str | os.PathLike[s
 
 
 def calibration_plot(predicted: Sequence[float], measured: Sequence[float], path: str | os.PathLike[str], *,
-                     budget_ms: float | None = None, title: str = "") -> Path:
-    """Predicted against measured latency of every trial: the diagonal, the budget, the trials over it."""
+                     budget_ms: float | None = None, title: str = "", runtime: str = "") -> Path:
+    """Predicted against measured latency of every trial: the diagonal, the budget, the trials over it;
+    ``runtime`` names what the table profiled and the trials measured (the deployment runtime)."""
     if not predicted:
         raise HwAwareError("nothing to plot: no trial reported both a predicted and a measured latency")
     plt = _pyplot()
@@ -131,8 +132,9 @@ def calibration_plot(predicted: Sequence[float], measured: Sequence[float], path
             ax.axvline(budget_ms, color="tab:red", linewidth=0.5, linestyle=":")
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
-        return _finish(fig, ax, path, xlabel="latency, predicted by the cost table (ms)",
-                       ylabel="latency, measured by the trial (ms, table's scale)", title=title,
+        where = f" in {runtime}" if runtime else ""
+        return _finish(fig, ax, path, xlabel=f"latency{where}, predicted by the cost table (ms)",
+                       ylabel=f"latency{where}, measured by the trial (ms, table's scale)", title=title,
                        legend="upper left")
     finally:
         plt.close(fig)

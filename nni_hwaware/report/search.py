@@ -154,10 +154,13 @@ def render_search_report(results_file: str | os.PathLike[str], out_dir: str | os
             md.write("\n## Trials, predicted and measured\n\n" + "".join(f"- {line}\n" for line in calibration["lines"]))
     if calibration["predicted"]:
         from nni_hwaware.report.plot import calibration_plot
+        from nni_hwaware.report.table import RUNTIME_NAMES
 
+        runtimes = sorted({str(t["measured_in"]) for t in data["trials"] if t.get("measured_in")})
         paths["calibration"] = calibration_plot(calibration["predicted"], calibration["measured"],
                                                 out / "calibration.png", budget_ms=budget.get("latency_ms"),
-                                                title=f"{len(calibration['predicted'])} trials on {baseline.chip}")
+                                                title=f"{len(calibration['predicted'])} trials on {baseline.chip}",
+                                                runtime=" / ".join(RUNTIME_NAMES.get(r, r) for r in runtimes))
     points = [PlotPoint(float(t.get("predicted_latency_ms", t["latency_ms"])), 100 * float(t["default"]), "", "trial")
               for t in data["trials"] if isinstance(t.get("latency_ms"), (int, float))
               and isinstance(t.get("default"), (int, float))]

@@ -193,3 +193,62 @@ def test_a_table_gains_the_runtimes_rows_and_keeps_each_thread_count_apart(tmp_p
         space_model(named, twice, backend="onnxruntime")
     with pytest.raises(HwAwareError, match="at threads \\[1, 2\\]; pick one"):
         twice.lookup_many([], chip=twice.chips()[0], backend="onnxruntime", batch_size=1)
+
+
+class _SessionRunner:
+    """A runner that pays a fixed per-call cost (a spin of ``CALL_S``) before the module's own work."""
+
+    CALL_S = 0.0004
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.sync, self.providers = inner, inner.sync, "test"
+
+    def __call__(self) -> object:
+        import time
+
+        end = time.perf_counter() + self.CALL_S
+        while time.perf_counter() < end:
+            pass
+        return self.inner()
+
+
+def test_a_runtime_that_runs_each_leaf_as_a_session_pays_its_call_cost_once_not_per_leaf() -> None:
+    """A known answer: every call of the test runtime costs 0.4 ms on top of the work. Profiled per
+    leaf, that cost is taken off each leaf (column call_ms) and the whole network pays it once, in its
+    per-network term; without it, a network of n leaves is predicted n calls."""
+    from nni_hwaware.cost_model import find_leaves, profile_model_space, space_cost_model
+    from nni_hwaware.profiling import backends
+    from nni_hwaware.profiling.backends import TorchBackend, register_backend
+
+    @register_backend("test-session")
+    class SessionBackend(TorchBackend):
+        session_per_call = True
+
+        def prepare(self, module: torch.nn.Module, example: torch.Tensor, device: str) -> Any:
+            return _SessionRunner(super().prepare(module, example, device))
+
+    try:
+        named = resolve_space("digits_tiny")
+        leaves = find_leaves(named.space, named.dummy_input())
+        table = profile_model_space(named.space, named.dummy_input(), leaves=leaves, backend="test-session",
+                                    progress=False, max_seconds=1.0, calibration_samples=6,
+                                    reference=named.baseline)
+    finally:
+        backends._BACKENDS.pop("test-session", None)  # other tests list the registered backends
+    rows = table.frame[table.frame.kind == "leaf"]
+    call = rows.call_ms.astype(float)
+    assert (call > 0.3).all() and (call < 4.0).all()  # the spin, timed beside the leaves (a busy CPU stretches it)
+    assert (rows.latency_ms.astype(float) < call).all()  # what is left of a leaf is its own work, under a call
+    from nni_hwaware.cost_table import CostTable
+
+    model = space_cost_model(leaves, table, backend="test-session", name="t")
+    reference = named.baseline(model)
+    per_leaf = table.frame.copy()  # every leaf with its call, as a sum of per-leaf sessions would have it
+    is_leaf = per_leaf.kind == "leaf"
+    per_leaf.loc[is_leaf, "latency_ms"] += per_leaf.loc[is_leaf, "call_ms"]
+    own, with_calls = (space_cost_model(leaves, t, backend="test-session", name="t", with_network_term=False)
+                       .predict(reference).latency_ms for t in (table, CostTable(per_leaf)))
+    assert (with_calls - own) / float(call.median()) > 4  # the reference network's leaves, a call each
+    # the whole network, one session, pays one call: the table predicts about that, not a call per leaf
+    predicted = model.predict(reference).latency_ms
+    assert own < predicted < own + 2.5 * float(call.median()), (own, predicted, with_calls)

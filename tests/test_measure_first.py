@@ -189,6 +189,7 @@ def _measure_on_the_counting_backend(resolve_space: Any, measured_costs: Any, sc
     PREPARED.clear()
     final = screening_metrics(named, params, seed=0)
     assert len(PREPARED) == 3 and final["screening"] and final["measured"] == 2 and final["fit"] == 2
+    assert final["measured_in"] == "test-counting"  # the portal says which runtime measured them
     screened = json.loads(final["screened"])
     assert [s["arch"] for s in screened] == params.screen and all(s["fits"] for s in screened)
 

@@ -8,7 +8,11 @@ per round, in a shuffled order, fixed thread count, ``torch.inference_mode``, un
 every leaf's figure (the 10th percentile over rounds) is known within 2 % or the time budget ends; the first leaf is the probe
 whose per-round times record the machine's drift). Each row keeps its figure's 95 %
 interval (``latency_low_ms`` / ``latency_high_ms``), whether it met the target
-(``met_target``) and the probe's drift (``probe_drift``, p90 / p10 over rounds). Entries
+(``met_target``) and the probe's drift (``probe_drift``, p90 / p10 over rounds). In a runtime
+that runs each leaf as a session of its own (ONNX Runtime, OpenVINO: ``Backend.session_per_call``),
+a call with next to no work (:class:`CallCost`, one per input shape) is timed in the same rounds
+and taken off each leaf (column ``call_ms``): a whole network pays that cost once, in its
+per-network term, not once per leaf. Entries
 a given table already holds are not measured again; a few of them are re-timed in the
 same rounds as the new ones, and the new rows are rescaled by the median of
 (re-timed / stored), so that a merged table keeps one scale (``merge_scale``).
@@ -51,6 +55,7 @@ from nni_hwaware.profiling import (
     BYTES_PER_MB,
     detect_chip,
     fixed_threads,
+    get_backend,
     measure_modules,
     measure_peak_flops,
 )
@@ -61,9 +66,12 @@ __all__ = ["TIMING", "calibration_samples", "measure_samples", "profile_model_sp
 #: rounds until every figure is known within 2 % (or 0.25 s per item, 2 s to 2 minutes, pass).
 TIMING: dict[str, float] = {"min_sample_ms": 2.0}
 #: A leaf row's timing columns (a network row has its own).
-_LEAF_TIMING = ("latency_low_ms", "latency_high_ms", "met_target", "timing_rounds", "probe_drift", "merge_scale")
+_LEAF_TIMING = ("latency_low_ms", "latency_high_ms", "met_target", "timing_rounds", "probe_drift", "merge_scale",
+                "call_ms")
 #: Rows of a table re-timed beside the new ones when profiling into it (``--merge``).
 MERGE_ANCHORS = 6
+#: The least share of its measured latency a leaf keeps once the runtime's per-call cost is taken off.
+OWN_SHARE = 0.05
 
 
 def _fingerprint(leaves: SpaceLeaves) -> str:
@@ -198,15 +206,20 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
                 print(f"profiling {len(todo)} leaves on {chip} in shared rounds"
                       + (f" (re-timing {len(anchors)} of the table's rows for its scale)" if anchors else ""),
                       file=sys.stderr)
-            costs, rounds = measure_modules([leaves.modules[i] for i in timed],
-                                            [leaves.entries[i].input_shapes[0] for i in timed],
-                                            batch_size=batch_size, backend=backend, device=device,
+            shapes = [leaves.entries[i].input_shapes[0] for i in timed]
+            calls = sorted(set(shapes)) if get_backend(backend).session_per_call else []
+            costs, rounds = measure_modules([leaves.modules[i] for i in timed] + [CallCost() for _ in calls],
+                                            shapes + calls, batch_size=batch_size, backend=backend, device=device,
                                             threads=n_threads, seed=seed, probe=0, **timing)
-            scale = _merge_scale(table, [leaves.entries[i] for i in anchors], costs[len(todo):],
+            call_ms = {shape: c.latency.ms for shape, c in zip(calls, costs[len(timed):], strict=True)}
+            minus = [call_ms.get(shape, 0.0) for shape in shapes]
+            scale = _merge_scale(table, [leaves.entries[i] for i in anchors],
+                                 [_own_ms(c, m) for c, m in zip(costs[len(todo):len(timed)], minus[len(todo):],
+                                                                strict=True)],
                                  chip=chip, backend=backend, batch_size=batch_size, threads=n_threads)
             drift = rounds.drift.get("probe_drift", math.nan)
-            for i, cost in zip(todo, costs[: len(todo)], strict=True):
-                records.append(_leaf_row(leaves.entries[i], cost, scale, chip=chip, backend=backend,
+            for i, cost, call in zip(todo, costs[: len(todo)], minus[: len(todo)], strict=True):
+                records.append(_leaf_row(leaves.entries[i], cost, scale, call, chip=chip, backend=backend,
                                          batch_size=batch_size, peak=peak, n_threads=n_threads, info=info,
                                          rounds=rounds.rounds, drift=drift, target=rounds.target))
         new = CostTable.from_records(records) if records else None
@@ -237,7 +250,19 @@ def _table_peak(table: CostTable | None, chip: str) -> float | None:
     return float(rows.peak_flops.iloc[0]) if len(rows) else None
 
 
-def _merge_scale(table: CostTable | None, entries: list[Any], costs: list[Any], *, chip: str, backend: str,
+class CallCost(nn.Module):
+    """What a call of a runtime costs with next to no work: one elementwise node over the input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+
+def _own_ms(cost: Any, call_ms: float) -> float:
+    """A leaf's latency less the runtime's per-call cost (at least :data:`OWN_SHARE` of what it measured)."""
+    return max(cost.latency.ms - call_ms, OWN_SHARE * cost.latency.ms)
+
+
+def _merge_scale(table: CostTable | None, entries: list[Any], costs: list[float], *, chip: str, backend: str,
                  batch_size: int, threads: int) -> float:
     """Median of (re-timed / stored) latency over the anchor rows: what puts new rows on the table's scale."""
     if table is None or not entries:
@@ -248,22 +273,24 @@ def _merge_scale(table: CostTable | None, entries: list[Any], costs: list[Any], 
     stored: dict[tuple[str, str], float] = {}
     for block, shape, ms in zip(frame.block, frame.input_shape, frame.latency_ms, strict=True):
         stored.setdefault((block, shape), float(ms))
-    ratios = [cost.latency.ms / stored[(e.block, e.shape_str)] for e, cost in zip(entries, costs, strict=True)]
+    ratios = [ms / stored[(e.block, e.shape_str)] for e, ms in zip(entries, costs, strict=True)]
     return float(np.median(ratios))
 
 
-def _leaf_row(entry: Any, cost: Any, scale: float, *, chip: str, backend: str, batch_size: int, peak: float,
-              n_threads: int, info: Any, rounds: int, drift: float, target: float) -> dict[str, Any]:
-    """One table row of a measured leaf; its latency divided by the merge ``scale``."""
+def _leaf_row(entry: Any, cost: Any, scale: float, call_ms: float, *, chip: str, backend: str, batch_size: int,
+              peak: float, n_threads: int, info: Any, rounds: int, drift: float, target: float) -> dict[str, Any]:
+    """One table row of a measured leaf; its latency less the runtime's per-call cost ``call_ms``, divided
+    by the merge ``scale``."""
     input_mb = 4 * batch_size * sum(math.prod(s) for s in entry.input_shapes) / BYTES_PER_MB
     activation_mb = cost.activation_mb + input_mb
     latency = cost.latency
-    median = latency.ms / scale
+    own = _own_ms(cost, call_ms) / latency.ms  # the share of the leaf's figures that is its own work
+    median = own * latency.ms / scale
     return {
         "block": entry.block, "kind": "leaf", "input_shape": entry.shape_str,
         "out_channels": max(1, entry.output_shape[0] if entry.output_shape else 1), "stride": 1,
         "chip": chip, "backend": backend, "batch_size": batch_size,
-        "latency_ms": median, "latency_std_ms": latency.std_ms / scale,
+        "latency_ms": median, "latency_std_ms": own * latency.std_ms / scale,
         "latency_cv": latency.cv, "runs": latency.runs,
         "param_mb": cost.param_mb, "activation_mb": activation_mb,
         "memory_mb": cost.param_mb + activation_mb,
@@ -273,9 +300,9 @@ def _leaf_row(entry: Any, cost: Any, scale: float, *, chip: str, backend: str, b
         "profiled_at": dt.date.today().isoformat(), "device": info.device,
         "providers": cost.providers,
         "spec": entry.spec, "output_shape": "x".join(map(str, entry.output_shape)),
-        "latency_low_ms": latency.low_ms / scale, "latency_high_ms": latency.high_ms / scale,
+        "latency_low_ms": own * latency.low_ms / scale, "latency_high_ms": own * latency.high_ms / scale,
         "met_target": bool(latency.half_width <= target), "timing_rounds": rounds,
-        "probe_drift": drift, "merge_scale": scale,
+        "probe_drift": drift, "merge_scale": scale, "call_ms": call_ms,
     }
 
 

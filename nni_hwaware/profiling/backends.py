@@ -80,6 +80,10 @@ class Backend(ABC):
 
     #: Registry name, set by :func:`register_backend`.
     name: ClassVar[str] = ""
+    #: Whether every prepared module runs as a session of its own, whose per-call cost (binding the
+    #: input, allocating the output, a graph's entry and exit) a whole network pays once, not once per
+    #: leaf: a table subtracts it from each leaf (see :mod:`nni_hwaware.cost_model.profile`).
+    session_per_call: ClassVar[bool] = False
 
     @abstractmethod
     def prepare(self, module: nn.Module, example: torch.Tensor, device: str) -> Runner:
@@ -322,6 +326,8 @@ class OnnxRuntimeBackend(Backend):
     backends), one inter-op thread, sequential execution and all graph
     optimisations.
     """
+
+    session_per_call = True
 
     def prepare(self, module: nn.Module, example: torch.Tensor, device: str) -> Runner:
         _import_onnxruntime()

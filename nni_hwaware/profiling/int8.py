@@ -110,6 +110,8 @@ class OnnxRuntimeInt8Backend(Backend):
     """The module exported to ONNX, quantized to int8 (:func:`quantize_onnx`, calibrated on
     :data:`LEAF_CALIBRATION` batches drawn from ``calibration_seed``), run by ONNX Runtime on the CPU."""
 
+    session_per_call = True
+
     #: The seed the calibration inputs are drawn from.
     calibration_seed: int = 0
 

@@ -69,6 +69,8 @@ class _OpenVinoRunner:
 class OpenVinoBackend(Backend):
     """OpenVINO's CPU plugin running the module's ONNX export (module docstring)."""
 
+    session_per_call = True
+
     def prepare(self, module: nn.Module, example: torch.Tensor, device: str) -> Runner:
         import_openvino()
         check_module(module)

@@ -70,6 +70,9 @@ _LEAF_TIMING = ("latency_low_ms", "latency_high_ms", "met_target", "timing_round
                 "call_ms")
 #: Rows of a table re-timed beside the new ones when profiling into it (``--merge``).
 MERGE_ANCHORS = 6
+#: What the reference network and the cheapest one each count for in the per-network term's fit, as a
+#: share of its calibration networks.
+ANCHOR_SHARE = 0.25
 #: The least share of its measured latency a leaf keeps once the runtime's per-call cost is taken off.
 OWN_SHARE = 0.05
 
@@ -323,7 +326,7 @@ def _network_row(space: nn.Module, leaves: SpaceLeaves, table: CostTable, k: int
     for anchor in (model.check_architecture(reference) if reference is not None else None, cheapest):
         if anchor is not None and anchor not in samples:
             samples.append(anchor)
-            weights.append(math.sqrt(max(1.0, k / 4)))
+            weights.append(math.sqrt(max(1.0, k * ANCHOR_SHARE)))
     measured = measure_samples(space, samples, leaves.input_shape, backend=backend, device=device,
                                batch_size=batch_size, threads=threads, seed=seed, progress=progress,
                                **timing)

@@ -85,6 +85,10 @@ def quantize_onnx(source: str | Path, target: str | Path, calibration: Sequence[
     import onnx
 
     name = onnx.load(str(source), load_external_data=False).graph.input[0].name
+    # the quantizer's own sessions warn of every initializer its graph leaves unused: errors only
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)
     with tempfile.TemporaryDirectory(prefix="nni_hwaware_int8_") as tmp:
         model = source
         try:  # shape inference and graph clean-up ONNX Runtime recommends before quantizing

@@ -16,7 +16,7 @@ object::
          "latency_falls_with_target"}, ...],
      "median": {figure: median over the seeds}, "spread": {figure: {median, min, max, n}},
      "target_ratios": {"latency_ratio": 0.45, "memory_ratio": 0.51},
-     "latency_targets": ["30%", "45%", "60%"], "latency_falls_with_target",
+     "latency_targets": ["30%", "45%", "60%"], "unreachable_targets", "latency_falls_with_target",
      "all_seeds_meet_targets", "targets": {check: met in every seed}, "load", ...}
 
 A seed meets the targets (seed 001 on CIFAR-10: latency -55 %, memory -49.22 %, top-3
@@ -27,7 +27,10 @@ what the earlier checks measured, the table's own when its first export was kept
 ratios stay beside as ``predicted_*``), the top-3 drop is at most 0.5 points and the top-1 drop at most 1
 point, and the search took at most 3x one retraining; ``all_seeds_meet_targets`` is every
 seed's verdict. ``latency_falls_with_target``: in every seed the measured latency ratios at
-the sweep's targets (30, 45 and 60 %) fall as the target falls. With the fixed-weight form
+the sweep's targets (30, 45 and 60 %) fall as the target falls, judged on the targets some network of
+the space meets on this chip: one that none meets (the cheapest network is over it, as 30 % is in a
+runtime with a per-call cost) is skipped by the pipeline and listed in ``unreachable_targets``
+(``sweep_unreachable`` per seed). With the fixed-weight form
 (``--alphas``, or a config without targets) the sweep is keyed by alpha instead
 (``alphas``, ``latency_falls_with_alpha``: latency falls as alpha grows) and the targets
 checked are seed 001's 45 % / 51 %.
@@ -140,6 +143,8 @@ def one_seed(summary: dict[str, Any], targeted: bool) -> dict[str, Any]:
     record[f"latency_falls_with_{'target' if targeted else 'alpha'}"] = _falls(latency[::-1] if targeted else latency)
     record["sweep"] = [{k: v for k, v in p.items() if k not in ("arch", "point")} | {"blocks": _short(p["arch"])}
                        for p in sweep]
+    # sweep points the pipeline skipped: the space's cheapest network is over them on this chip
+    record["sweep_unreachable"] = [p.get(key) for p in summary.get("sweep_unreachable", [])]
     record["arch"], record["chip"] = searched["arch"], summary["chip"]
     record["baseline"] = {k: baseline[k] for k in ("test_top1", "test_top3", "latency_ms", "memory_mb", "params",
                                                    "flops", "train_seconds")}
@@ -230,6 +235,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["targets"][falls] = result[falls]
     if targeted:
         result["latency_targets"] = [p["latency_target"] for p in per_seed[0]["sweep"]]
+        result["unreachable_targets"] = sorted({t for record in per_seed for t in record["sweep_unreachable"]})
     else:
         result["alphas"] = [p["alpha"] for p in per_seed[0]["sweep"]]
     for seed, text in zip(seeds, reports, strict=True):

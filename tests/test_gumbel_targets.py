@@ -325,6 +325,55 @@ def test_a_sweep_over_latency_targets_is_one_search_and_retraining_per_target(tm
     assert "- latency target: 0.800 of the baseline; measured" in markdown
 
 
+@pytest.mark.slow
+def test_a_sweep_target_no_network_reaches_is_skipped_and_listed_and_the_rest_runs(tmp_path: Path) -> None:
+    """A sweep point under the space's cheapest network (as 30 % is in a runtime with a per-call cost)
+    costs no search: one line, an entry in sweep_unreachable, and the job goes on to its report."""
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, run_pipeline
+
+    space, table = tmp_path / "tiny_space.json", tmp_path / "tiny_table.csv"
+    space.write_text(tiny_config().to_json())
+    tiny_table().save(table)
+    config = GumbelSearchConfig.from_dict({
+        "space": str(space), "seed": 0, "out": str(tmp_path / "run"),
+        "cost": {"table": str(table), "repeats": 1, "rounds": 4},
+        "penalty": {"latency_target": "80%", "memory_target": None, "gamma": 0.0},
+        "temperature": {"init": 1.0, "min": 1.0, "hard": True},
+        "stages": {"order": ["all"], "max_epochs": 1, "min_epochs": 1},
+        "search": {"threads": 1, "arc_lr": 0.1, "accelerator": "cpu", "checkpoint": False},
+        "retrain": {"epochs": 1},
+        "sweep": {"targets": ["5%", "80%"]},
+    })
+    lines: list[str] = []
+    summary = run_pipeline(config, log=lines.append)
+    assert [entry["latency_target"] for entry in summary["sweep"]] == ["80%"]
+    [skipped] = summary["sweep_unreachable"]
+    assert skipped["latency_target"] == "5%"
+    assert "the penalty's targets cannot be met: no architecture of space 'tiny' fits" in skipped["reason"]
+    assert any(line.startswith("search latency target 5%: skipped, the penalty's targets cannot be met")
+               for line in lines), lines
+    assert not (tmp_path / "run" / "search" / "target_5pct" / "arch.json").exists()
+    assert (tmp_path / "run" / "report" / "comparison.md").is_file()
+
+
+def test_the_config_s_own_unreachable_target_still_stops_the_job(tmp_path: Path) -> None:
+    from nni_hwaware.errors import TargetUnreachable
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, run_pipeline
+
+    space, table = tmp_path / "tiny_space.json", tmp_path / "tiny_table.csv"
+    space.write_text(tiny_config().to_json())
+    tiny_table().save(table)
+    config = GumbelSearchConfig.from_dict({
+        "space": str(space), "seed": 0, "out": str(tmp_path / "run"), "cost": {"table": str(table)},
+        "penalty": {"latency_target": "5%", "memory_target": None},
+        "stages": {"order": ["all"], "max_epochs": 1, "min_epochs": 1},
+        "search": {"threads": 1, "accelerator": "cpu", "checkpoint": False},
+        "sweep": {"targets": ["5%", "80%", "90%"]}})
+    with pytest.raises(TargetUnreachable, match=r"the penalty's targets cannot be met"):
+        run_pipeline(config, log=lambda line: None)
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
 def test_a_target_no_network_reaches_is_one_line_before_the_search(tmp_path: Path) -> None:
     from nni_hwaware.strategies.gumbel import GumbelSearchConfig, search
 

@@ -19,7 +19,10 @@
    the table, params, FLOPs);
 4. one more search and retraining per ``sweep.targets`` value (latency targets) or, in the
    fixed-weight form, per ``sweep.alphas`` value
-   (:func:`~nni_hwaware.strategies.gumbel.points.search_points`);
+   (:func:`~nni_hwaware.strategies.gumbel.points.search_points`); a sweep target that no
+   network of the space meets on this chip (its cheapest network is over it: in a runtime with
+   a per-call cost, a small target can be) is skipped before its search, with one line, and
+   listed in ``summary["sweep_unreachable"]`` (the config's own target stops the job instead);
 5. each found network timed interleaved with the baseline, its network files delivered, and
    the report (:func:`nni_hwaware.report.write_report`): Markdown and CSV table,
    accuracy-latency plot; ``<out>/summary.json``.
@@ -33,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nni_hwaware.errors import TargetUnreachable
 from nni_hwaware.files import write_json
 from nni_hwaware.spaces.skeleton import Architecture
 from nni_hwaware.strategies.gumbel.evaluator import is_rank_zero
@@ -123,9 +127,17 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
     points = search_points(config)  # the main search first, then the sweep's other points
     outcomes: dict[str, SearchOutcome] = {}
     results: dict[str, ModelResult] = {}
+    unreachable: list[dict[str, Any]] = []  # sweep points no network of the space meets on this chip
     for name, run_config, point in points:
-        outcome = search(run_config, space, cost_model, out / "search" / name,
-                         report=report if name == points[0][0] else None)
+        try:
+            outcome = search(run_config, space, cost_model, out / "search" / name,
+                             report=report if name == points[0][0] else None)
+        except TargetUnreachable as err:
+            if name == points[0][0]:  # the config's own target: the user must change it
+                raise
+            log(f"search {point_text(point)}: skipped, {err}")
+            unreachable.append({**point, "reason": str(err)})
+            continue
         if not is_rank_zero():
             return {}
         if run_config.penalty.latency_target is not None or run_config.penalty.memory_target is not None:
@@ -144,7 +156,8 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
     main = results[main_name].renamed("searched")
     main.save(out / "results" / "searched.json")
     baseline = retrain(space.baseline(), "baseline", None) if config.baseline else None  # the reference network
-    sweep = [results[point_name(option, value)] for option, value in config.sweep.points]
+    sweep = [results[point_name(option, value)] for option, value in config.sweep.points
+             if point_name(option, value) in results]
     files: dict[str, str] = {}
     if baseline is not None:  # each found network timed interleaved with the baseline, in this process
         from nni_hwaware.training import compare_with_baseline
@@ -179,6 +192,8 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
         "searched": main.to_dict(), "baseline": baseline.to_dict() if baseline else None,
         # each sweep point's result with the option it set (alpha or latency_target) at the top
         "sweep": [{**r.to_dict(), **r.extra["search_point"]} for r in sweep], "report": files,
+        # sweep points skipped before their search: the space's cheapest network is over them here
+        "sweep_unreachable": unreachable,
         "search_seconds": outcomes[main_name].search_seconds,
         # the collapse guard's finding of the main search (None: it did not collapse); a sweep
         # point's is in its entry's extra.search_collapse

@@ -37,7 +37,7 @@ from nni.nas.oneshot.pytorch.supermodule.operation import NATIVE_MIXED_OPERATION
 from torch import nn
 
 from nni_hwaware.cost_model import SpaceCostModel, as_space_model
-from nni_hwaware.errors import HwAwareError
+from nni_hwaware.errors import HwAwareError, TargetUnreachable
 from nni_hwaware.strategies.gumbel.job_config import from_mapping
 from nni_hwaware.strategies.gumbel.module import HardwareGumbelModule
 from nni_hwaware.strategies.gumbel.penalty import HardwarePenalty
@@ -152,7 +152,7 @@ class HardwareGumbelDARTS(GumbelDARTS):
             try:
                 BudgetMask(self.hardware_penalty.model, Budget(**limits))
             except HwAwareError as err:
-                raise HwAwareError(f"the penalty's targets cannot be met: {err} (penalty.latency_target / "
+                raise TargetUnreachable(f"the penalty's targets cannot be met: {err} (penalty.latency_target / "
                                    "memory_target, or keep cheaper values in prune.keep)") from None
         return model
 

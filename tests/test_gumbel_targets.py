@@ -285,18 +285,14 @@ def test_the_report_says_how_far_the_measured_ratios_are_from_the_targets() -> N
     assert "- memory target: 0.510 of the baseline; measured 0.500 (-2.0 % of the target)" in text
 
 
-@pytest.mark.slow
-def test_a_sweep_over_latency_targets_is_one_search_and_retraining_per_target(tmp_path: Path) -> None:
-    """The pipeline with sweep.targets: each target its own search folder, result, summary entry and report
-    row, each exported network within its own target as predicted."""
-    import json
-
-    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, run_pipeline
+def _tiny_sweep(tmp_path: Path, targets: list[str]) -> Any:
+    """The whole pipeline on the tiny space and table aiming at 80 %, one epoch each, sweeping ``targets``."""
+    from nni_hwaware.strategies.gumbel import GumbelSearchConfig
 
     space, table = tmp_path / "tiny_space.json", tmp_path / "tiny_table.csv"
     space.write_text(tiny_config().to_json())
     tiny_table().save(table)
-    config = GumbelSearchConfig.from_dict({
+    return GumbelSearchConfig.from_dict({
         "space": str(space), "seed": 0, "out": str(tmp_path / "run"),
         "cost": {"table": str(table), "repeats": 1, "rounds": 4},
         "penalty": {"latency_target": "80%", "memory_target": None, "gamma": 0.0},
@@ -304,8 +300,19 @@ def test_a_sweep_over_latency_targets_is_one_search_and_retraining_per_target(tm
         "stages": {"order": ["all"], "max_epochs": 1, "min_epochs": 1},
         "search": {"threads": 1, "arc_lr": 0.1, "accelerator": "cpu", "checkpoint": False},
         "retrain": {"epochs": 1},
-        "sweep": {"targets": ["40%", "80%"]},
+        "sweep": {"targets": list(targets)},
     })
+
+
+@pytest.mark.slow
+def test_a_sweep_over_latency_targets_is_one_search_and_retraining_per_target(tmp_path: Path) -> None:
+    """The pipeline with sweep.targets: each target its own search folder, result, summary entry and report
+    row, each exported network within its own target as predicted."""
+    import json
+
+    from nni_hwaware.strategies.gumbel import run_pipeline
+
+    config = _tiny_sweep(tmp_path, ["40%", "80%"])
     lines: list[str] = []
     summary = run_pipeline(config, log=lines.append)
     run = tmp_path / "run"
@@ -329,21 +336,9 @@ def test_a_sweep_over_latency_targets_is_one_search_and_retraining_per_target(tm
 def test_a_sweep_target_no_network_reaches_is_skipped_and_listed_and_the_rest_runs(tmp_path: Path) -> None:
     """A sweep point under the space's cheapest network (as 30 % is in a runtime with a per-call cost)
     costs no search: one line, an entry in sweep_unreachable, and the job goes on to its report."""
-    from nni_hwaware.strategies.gumbel import GumbelSearchConfig, run_pipeline
+    from nni_hwaware.strategies.gumbel import run_pipeline
 
-    space, table = tmp_path / "tiny_space.json", tmp_path / "tiny_table.csv"
-    space.write_text(tiny_config().to_json())
-    tiny_table().save(table)
-    config = GumbelSearchConfig.from_dict({
-        "space": str(space), "seed": 0, "out": str(tmp_path / "run"),
-        "cost": {"table": str(table), "repeats": 1, "rounds": 4},
-        "penalty": {"latency_target": "80%", "memory_target": None, "gamma": 0.0},
-        "temperature": {"init": 1.0, "min": 1.0, "hard": True},
-        "stages": {"order": ["all"], "max_epochs": 1, "min_epochs": 1},
-        "search": {"threads": 1, "arc_lr": 0.1, "accelerator": "cpu", "checkpoint": False},
-        "retrain": {"epochs": 1},
-        "sweep": {"targets": ["5%", "80%"]},
-    })
+    config = _tiny_sweep(tmp_path, ["5%", "80%"])
     lines: list[str] = []
     summary = run_pipeline(config, log=lines.append)
     assert [entry["latency_target"] for entry in summary["sweep"]] == ["80%"]

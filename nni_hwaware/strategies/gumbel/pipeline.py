@@ -125,15 +125,16 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
         return result
 
     points = search_points(config)  # the main search first, then the sweep's other points
+    main_name = points[0][0]
     outcomes: dict[str, SearchOutcome] = {}
     results: dict[str, ModelResult] = {}
     unreachable: list[dict[str, Any]] = []  # sweep points no network of the space meets on this chip
     for name, run_config, point in points:
         try:
             outcome = search(run_config, space, cost_model, out / "search" / name,
-                             report=report if name == points[0][0] else None)
+                             report=report if name == main_name else None)
         except TargetUnreachable as err:
-            if name == points[0][0]:  # the config's own target: the user must change it
+            if name == main_name:  # the config's own target: the user must change it
                 raise
             log(f"search {point_text(point)}: skipped, {err}")
             unreachable.append({**point, "reason": str(err)})
@@ -152,7 +153,6 @@ def run_pipeline(config: GumbelSearchConfig, *, report: Callable[[dict[str, Any]
         if outcome.collapse:  # the module said it in one line; the result keeps it
             results[name] = dataclasses.replace(results[name], extra={**results[name].extra,
                                                                       "search_collapse": outcome.collapse})
-    main_name = points[0][0]
     main = results[main_name].renamed("searched")
     main.save(out / "results" / "searched.json")
     baseline = retrain(space.baseline(), "baseline", None) if config.baseline else None  # the reference network

@@ -10,8 +10,10 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 
 from nni_hwaware.nni_fixes import check_environment as _check_environment
+from nni_hwaware.nni_fixes import lazy_evaluator_shortcut as _lazy_evaluator_shortcut
 
 __version__ = _metadata.version("nni-hwaware")
 __all__ = ["__version__"]
 
 _check_environment()
+_lazy_evaluator_shortcut()

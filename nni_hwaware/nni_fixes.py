@@ -52,6 +52,12 @@ Each fix has a test in ``tests/test_nni_fixes.py`` that fails without it.
     or ``maxExperimentDuration`` passed (``NNIManager.run``); a tuner with no more trials leaves
     it waiting out the duration: :func:`end_experiment_when_done` sets ``maxTrialNumber`` to the
     trials submitted through the manager's REST API (as ``nnictl update trialnum``).
+15. ``import nni.nas.space`` (under every space, so every trial) imports PyTorch Lightning and
+    torchmetrics, about 1 s of a process on a busy machine, only to alias ``nni.nas.evaluator``'s
+    names (``nni.nas.evaluator.Lightning``, ...) to ``nni.nas.evaluator.pytorch``'s; a trial of the
+    package trains with neither. :func:`lazy_evaluator_shortcut` (installed when
+    :mod:`nni_hwaware` is imported) makes that alias on the first use of such a name; explicit
+    ``nni.nas.evaluator.pytorch`` imports are unchanged.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ from typing import Any
 
 __all__ = ["IncompatibleEnvironmentError", "check_environment", "check_pkg_resources", "check_versions",
            "end_experiment_when_done", "fix_no_more_trial_packing", "forward_masks", "import_nni_nas",
+           "lazy_evaluator_shortcut",
            "next_parameters", "outer_trial_reporter", "register_shape_formulas", "report_experiment_error",
            "serialized_tuner", "supervise_trial"]
 
@@ -132,6 +139,66 @@ def check_environment() -> None:
     """Run every check; called once when :mod:`nni_hwaware` is imported."""
     check_versions()
     check_pkg_resources()
+
+
+# -- 15. nni.nas.evaluator's framework alias, made on first use ------------------------
+EVALUATOR = "nni.nas.evaluator"
+
+
+class _LazyEvaluatorShortcut:
+    """Import hook: ``nni.nas.evaluator`` runs without its framework alias, then makes it on first use."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != EVALUATOR:
+            return None
+        sys.meta_path.remove(self)  # once: the lookup below is NNI's own
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            from nni.common import framework
+
+            chosen = framework.get_default_framework()
+            framework.set_default_framework("none")
+            try:
+                run(module)
+            finally:
+                framework.set_default_framework(chosen)
+            if chosen != "none":
+                module.__getattr__ = _alias_on_first_use(module, chosen)  # type: ignore[attr-defined]
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _alias_on_first_use(module: ModuleType, chosen: str) -> Callable[[str], Any]:
+    own = module.__name__  # NNI's alias copies the target's dunders too, as it does at import
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        from nni.common.framework import shortcut_module
+
+        del module.__dict__["__getattr__"]
+        shortcut_module(own, "." + chosen, own)  # what NNI does at import
+        try:
+            return module.__dict__[name]
+        except KeyError:
+            raise AttributeError(f"module {own!r} has no attribute {name!r}") from None
+
+    return __getattr__
+
+
+def lazy_evaluator_shortcut() -> bool:
+    """Make ``nni.nas.evaluator``'s framework alias (and its Lightning import) wait for its first use (fix 15).
+
+    False, changing nothing, when ``nni.nas.evaluator`` is already imported."""
+    if EVALUATOR in sys.modules or any(isinstance(f, _LazyEvaluatorShortcut) for f in sys.meta_path):
+        return False
+    sys.meta_path.insert(0, _LazyEvaluatorShortcut())
+    return True
 
 
 # -- 3. NNI's spurious warnings at import ---------------------------------------------

@@ -432,3 +432,39 @@ def test_fix_14_nni_waits_for_the_duration_when_the_tuner_is_done_early_and_the_
         server.shutdown()
     assert seen["query"] == "update_type=MAX_TRIAL_NUM" and seen["body"]["params"]["maxTrialNumber"] == 7
     assert not end_experiment_when_done(url="http://127.0.0.1:9/api/v1/nni", timeout=1)  # no manager: False
+
+
+_LIGHTNING_CHECK = (
+    "import sys\n"
+    "{first}"
+    "import nni.nas.space\n"
+    "print(int('pytorch_lightning' in sys.modules))\n"
+)
+
+
+def test_fix_15_nni_spaces_import_lightning_and_the_fix_waits_for_its_first_use() -> None:
+    def lightning_loaded(code: str) -> str:
+        done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
+                              timeout=300, check=True)
+        return done.stdout.split()
+
+    # without the fix, every space (so every trial) pays for Lightning; if this ever fails, NNI changed
+    assert lightning_loaded(_LIGHTNING_CHECK.format(first="")) == ["1"]
+    # with it (installed by importing the package), Lightning waits until a name needs it
+    after = (
+        "import nni.nas.evaluator as evaluator\n"
+        "print(evaluator.FunctionalEvaluator.__name__)\n"
+        "from nni.nas.evaluator import Lightning, Classification\n"  # NNI's framework alias, on first use
+        "import nni.nas.evaluator.pytorch as pytorch\n"
+        "print(int(Classification is pytorch.Classification), int(evaluator.Lightning is pytorch.Lightning),\n"
+        "      int('pytorch_lightning' in sys.modules))\n"
+    )
+    assert lightning_loaded(_LIGHTNING_CHECK.format(first="import nni_hwaware\n") + after) == [
+        "0", "FunctionalEvaluator", "1", "1", "1"]
+
+
+def test_fix_15_changes_nothing_once_nni_nas_is_imported() -> None:
+    import nni.nas.evaluator  # noqa: F401  (imported by this suite's other tests too)
+
+    assert nni_fixes.lazy_evaluator_shortcut() is False
+    assert not any(isinstance(f, nni_fixes._LazyEvaluatorShortcut) for f in sys.meta_path)

@@ -108,3 +108,20 @@ def test_a_trial_measured_over_the_budget_reports_it_without_training(monkeypatc
     assert trained == [1] and final["default"] == 0.9 and "not_trained" not in final
     unbounded = TrialParameters(arch=ARCH, space="digits_tiny", reference=REFERENCE, costs={"latency_ms": 1.0})
     assert _run_as_nni_trial(monkeypatch, unbounded, trained)["default"] == 0.9 and trained == [1, 1]
+
+
+def test_a_trial_run_without_the_tuner_measures_as_its_table_was_profiled(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from nni_hwaware.trial.run import _parser, _standalone
+
+    frame = pd.read_csv(TABLE)
+    frame["backend"], frame["batch_size"] = "onnxruntime", 4  # a table profiled in another runtime, at batch 4
+    table = tmp_path / "table.csv"
+    frame.to_csv(table, index=False)
+    arch = tmp_path / "arch.json"
+    arch.write_text(json.dumps({"layer1_0": "skip", "layer2_0": "basic", "layer3_0": "skip", "layer4_0": "skip"}))
+    args = _parser().parse_args(["--space", "digits_tiny", "--table", str(table), "--arch", str(arch),
+                                 "--backend", "onnxruntime", "--batch-size", "4"])
+    measuring = _standalone(args).measuring
+    assert (measuring.backend, measuring.batch_size, measuring.threads, measuring.device) == ("onnxruntime", 4, 1, "cpu")

@@ -8,6 +8,7 @@ stderr and an exit status NNI shows as ``FAILED``.
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable
 
@@ -50,4 +51,8 @@ def trial_main(module: str, main: Callable[[], int]) -> None:
     from nni_hwaware.nni_fixes import supervise_trial
 
     code = supervise_trial([sys.executable, "-m", module, *sys.argv[1:]])
-    raise SystemExit(main() if code is None else code)
+    code = main() if code is None else code
+    # the interpreter's last collections walk every object torch and NNI made at import: about
+    # 1 s a trial process, a second of every trial; frozen objects are not walked
+    gc.freeze()
+    raise SystemExit(code)

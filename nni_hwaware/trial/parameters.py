@@ -60,6 +60,11 @@ class Measuring:
                 "device": self.device}
 
     @classmethod
+    def of_model(cls, model: Any, device: str = "cpu") -> Measuring:
+        """As ``model`` (a :class:`~nni_hwaware.cost_model.SpaceCostModel`) was profiled, on ``device``."""
+        return cls(backend=model.backend, batch_size=model.batch_size, threads=model.threads or 1, device=device)
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Measuring:
         try:
             return cls(**dict(data or {}))

@@ -137,7 +137,8 @@ def _standalone(args: argparse.Namespace) -> TrialParameters:
     arch = load_architecture(args.arch, named)
     return TrialParameters(arch=arch, space=args.space, space_args=space_args, dataset=named.dataset,
                            chip=model.chip, costs=model.predict(arch).metrics(),
-                           reference=dict(named.baseline(model)))
+                           reference=dict(named.baseline(model)),
+                           measuring=Measuring.of_model(model, device=args.device or "cpu"))  # as the table was
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -226,8 +226,7 @@ class SearchSession:
             if budget:
                 measure_first = {"budget": budget, "reference_table_latency_ms": self._reference_latency()}
         # measured as the table was profiled (its backend, batch size, threads, device)
-        measuring = Measuring(backend=self.full.backend, batch_size=self.full.batch_size,
-                              threads=self.full.threads or 1, device=self.job.device)
+        measuring = Measuring.of_model(self.full, device=self.job.device)
         return TrialParameters(arch=arch, space=self.job.space, space_args=self.job.space_args,
                                dataset=self.named.dataset, chip=self.model.chip,
                                costs=costs,

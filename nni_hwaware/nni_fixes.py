@@ -52,12 +52,9 @@ Each fix has a test in ``tests/test_nni_fixes.py`` that fails without it.
     or ``maxExperimentDuration`` passed (``NNIManager.run``); a tuner with no more trials leaves
     it waiting out the duration: :func:`end_experiment_when_done` sets ``maxTrialNumber`` to the
     trials submitted through the manager's REST API (as ``nnictl update trialnum``).
-15. ``import nni.nas.space`` (under every space, so every trial) imports PyTorch Lightning and
-    torchmetrics, about 1 s of a process on a busy machine, only to alias ``nni.nas.evaluator``'s
-    names (``nni.nas.evaluator.Lightning``, ...) to ``nni.nas.evaluator.pytorch``'s; a trial of the
-    package trains with neither. :func:`lazy_evaluator_shortcut` (installed when
-    :mod:`nni_hwaware` is imported) makes that alias on the first use of such a name; explicit
-    ``nni.nas.evaluator.pytorch`` imports are unchanged.
+15. ``import nni.nas.space`` (so every trial) imports Lightning and torchmetrics, ~1 s a process, to
+    alias ``nni.nas.evaluator.Lightning`` etc. to ``nni.nas.evaluator.pytorch``'s, which no trial uses:
+    :func:`lazy_evaluator_shortcut` (installed by importing :mod:`nni_hwaware`) makes the alias on first use.
 """
 
 from __future__ import annotations
@@ -78,9 +75,8 @@ from typing import Any
 
 __all__ = ["IncompatibleEnvironmentError", "check_environment", "check_pkg_resources", "check_versions",
            "end_experiment_when_done", "fix_no_more_trial_packing", "forward_masks", "import_nni_nas",
-           "lazy_evaluator_shortcut",
-           "next_parameters", "outer_trial_reporter", "register_shape_formulas", "report_experiment_error",
-           "serialized_tuner", "supervise_trial"]
+           "lazy_evaluator_shortcut", "next_parameters", "outer_trial_reporter", "register_shape_formulas",
+           "report_experiment_error", "serialized_tuner", "supervise_trial"]
 
 # -- 1 and 2. versions NNI 3.0 works with ---------------------------------------------
 #: (distribution, exclusive upper bound, why) — the pins NNI 3.0 needs.
@@ -141,21 +137,16 @@ def check_environment() -> None:
     check_pkg_resources()
 
 
-# -- 15. nni.nas.evaluator's framework alias, made on first use ------------------------
-EVALUATOR = "nni.nas.evaluator"
-
-
+# -- 15. nni.nas.evaluator's framework alias, made on its first use --------------------
 class _LazyEvaluatorShortcut:
-    """Import hook: ``nni.nas.evaluator`` runs without its framework alias, then makes it on first use."""
+    """Import hook: ``nni.nas.evaluator`` runs without its framework alias, made on first use (fix 15)."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != EVALUATOR:
+        if fullname != "nni.nas.evaluator":
             return None
         sys.meta_path.remove(self)  # once: the lookup below is NNI's own
         spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        run = spec.loader.exec_module
+        run = spec.loader.exec_module  # type: ignore[union-attr]
 
         def exec_module(module: ModuleType) -> None:
             from nni.common import framework
@@ -166,36 +157,23 @@ class _LazyEvaluatorShortcut:
                 run(module)
             finally:
                 framework.set_default_framework(chosen)
-            if chosen != "none":
-                module.__getattr__ = _alias_on_first_use(module, chosen)  # type: ignore[attr-defined]
 
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+            def alias(name: str) -> Any:  # what NNI does at import, on the first name the module lacks
+                if name.startswith("__") or chosen == "none":
+                    raise AttributeError(name)
+                del module.__dict__["__getattr__"]
+                framework.shortcut_module(fullname, "." + chosen, fullname)
+                return getattr(module, name)
+
+            module.__getattr__ = alias  # type: ignore[attr-defined]
+
+        spec.loader.exec_module = exec_module  # type: ignore[union-attr]
         return spec
 
 
-def _alias_on_first_use(module: ModuleType, chosen: str) -> Callable[[str], Any]:
-    own = module.__name__  # NNI's alias copies the target's dunders too, as it does at import
-
-    def __getattr__(name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        from nni.common.framework import shortcut_module
-
-        del module.__dict__["__getattr__"]
-        shortcut_module(own, "." + chosen, own)  # what NNI does at import
-        try:
-            return module.__dict__[name]
-        except KeyError:
-            raise AttributeError(f"module {own!r} has no attribute {name!r}") from None
-
-    return __getattr__
-
-
 def lazy_evaluator_shortcut() -> bool:
-    """Make ``nni.nas.evaluator``'s framework alias (and its Lightning import) wait for its first use (fix 15).
-
-    False, changing nothing, when ``nni.nas.evaluator`` is already imported."""
-    if EVALUATOR in sys.modules or any(isinstance(f, _LazyEvaluatorShortcut) for f in sys.meta_path):
+    """Install fix 15's import hook; False, changing nothing, once ``nni.nas.evaluator`` is imported."""
+    if "nni.nas.evaluator" in sys.modules or any(isinstance(f, _LazyEvaluatorShortcut) for f in sys.meta_path):
         return False
     sys.meta_path.insert(0, _LazyEvaluatorShortcut())
     return True

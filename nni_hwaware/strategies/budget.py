@@ -74,8 +74,7 @@ class BudgetMask:
         self.n_candidates = np.array([len(c) for c in model.candidates])
         #: Every factor depends on one label: the look-ahead is exact (see the module docstring).
         #: (The model merges factors over the same labels: a label has at most one such factor.)
-        #: A whole-network term (the weights beyond the cache) is not separable: the bounds then hold, not exactly.
-        self.separable = all(len(f.labels) == 1 for f in model.factors) and model.beyond_cache is None
+        self.separable = all(len(f.labels) == 1 for f in model.factors)
         if self.separable:
             width = int(self.n_candidates.max())
             grids = {m: np.full((self.n_layers, width), np.inf) for m in ("latency_ms", "flops", "param_mb",

@@ -99,6 +99,52 @@ def test_a_measurement_alone_costs_no_training_and_one_over_the_budget_is_never_
     assert search.best() == (fits, 70.0)
 
 
+def _wide_model() -> SpaceCostModel:
+    """8 labels of 6 values: 1.7 million networks, too many to list."""
+    costs = np.array([0.0, 0.05, 0.1, 0.2, 0.3, 0.45])
+    return SpaceCostModel({f"l{i}": [f"v{j}" for j in range(6)] for i in range(8)},
+                          [CostFactor((f"l{i}",), {"latency_ms": costs * (1 + 0.1 * i)}) for i in range(8)],
+                          {"latency_ms": 0.3}, name="wide")
+
+
+def _proposals_after_disagreeing_measurements(seed: int) -> tuple[list[bool], str | None]:
+    """Two networks of one corner of the space measured 1.6x and 0.55x their predictions: the lowest
+    correction makes the mask's limit 3.6x the budget, while every other network's corrected bound stays
+    near its prediction. Whether each of three proposals fits as the exact check judges it, and why the
+    search gave up (None: it did not)."""
+    search = PPOSearch(_wide_model(), Budget(latency_ms=1.0), PPOConfig(seed=seed, proxy="none", max_resample=192))
+    for key, factor in [((5, 5, 0, 0, 0, 0, 0, 0), 1.6), ((4, 5, 0, 0, 0, 0, 0, 0), 0.55)]:
+        latency = search.predicted(key)["latency_ms"] * factor
+        search.tell(search.arch_of(key), {"latency_ms": latency, "default": 0.0 if latency > 1.0 else 60.0,
+                                          **({"not_trained": "measured over the budget"} if latency > 1.0 else {})})
+    fits = []
+    for _ in range(3):
+        arch = search.ask()
+        if arch is None:
+            break
+        key = search.actions_of(arch)
+        fits.append(bool(search.feasibility.fits_all([key])[0]))
+        latency = search.predicted(key)["latency_ms"]
+        search.tell(arch, {"default": 50.0 + latency, "latency_ms": latency})
+    return fits, search.proposer.gave_up
+
+
+@pytest.mark.slow  # 16 searches: 17 s
+def test_draws_the_exact_check_rejects_make_the_next_draws_tighter_not_the_search_give_up(monkeypatch) -> None:
+    # the python_api example's search once stopped at 2 of its 3 trials this way: one measurement over,
+    # one well under, and every later draw filled a mask no corrected bound came near
+    for seed in range(8):
+        fits, gave_up = _proposals_after_disagreeing_measurements(seed)
+        assert fits == [True, True, True] and gave_up is None, (seed, fits, gave_up)
+    from nni_hwaware.strategies.feasibility import Feasibility
+
+    monkeypatch.setattr(Feasibility, "tighten", lambda self, rejected: False)  # draws under the mask alone
+    untightened = [_proposals_after_disagreeing_measurements(seed) for seed in range(8)]  # 2 of 8 give up here
+    assert any(len(fits) < 3 for fits, _ in untightened)
+    assert any(str(gave_up).startswith("no untried network under the budget in 192 draws")
+               for _, gave_up in untightened)
+
+
 def test_a_measure_callback_makes_ask_return_only_networks_measured_to_fit() -> None:
     measured: list[dict[str, str]] = []
 

@@ -77,6 +77,9 @@ class Feasibility:
         self.risk: dict[tuple[int, ...], float] = {}
         #: Why no network can fit the budget as measured (None while some can): the search then stops.
         self.unreachable: str | None = None
+        #: The draws' mask is the mask with its limits divided by this (>= 1): :meth:`tighten`.
+        self.squeeze = 1.0
+        self._draw_mask: BudgetMask | None = None
         self.remask()
 
     # -- the table's predictions ---------------------------------------------------------
@@ -177,6 +180,57 @@ class Feasibility:
         found = [k for k, ok in zip(keys, self.mask.within_many(keys), strict=True) if ok]
         return found if len(found) <= limit else None
 
+    @property
+    def draw_mask(self) -> BudgetMask:
+        """The mask a search draws under: :attr:`mask`, its limits divided by :attr:`squeeze`."""
+        if self.squeeze == 1.0:
+            return self.mask
+        if self._draw_mask is None or self._draw_mask_of is not self.mask:  # rebuilt when the mask moves
+            limits = {m: v / self.squeeze for m, v in self.mask.budget.limits().items()}
+            self._draw_mask, self._draw_mask_of = BudgetMask(self.model, Budget(**limits)), self.mask
+        return self._draw_mask
+
+    def tighten(self, rejected: list[tuple[int, ...]]) -> bool:
+        """Draw under a tighter mask after a round of draws that :meth:`fits_all` all rejected.
+
+        The mask's limits are as loose as the lowest correction (it cuts no network that fits), and a
+        draw tends to fill them; where the measurements disagree, each network's own corrected bound is
+        much tighter, and draws that fill the mask's limits almost never fit. The draws' limits are then
+        divided by the median excess of ``rejected`` (a network's largest ratio of a bound to its limit;
+        by 2 % to 4x a round). False, and the draws' mask unchanged, where that would leave not even the
+        cheapest network within them.
+        """
+        ratio = float(np.clip(np.median(self.excess(rejected)), 1.02, 4.0)) if rejected else 1.02
+        squeeze = self.squeeze * ratio
+        cheapest = self.mask.cheapest_costs()
+        if any(cheapest[m] > v / squeeze * (1 - 1e-9) for m, v in self.mask.budget.limits().items()):
+            return False
+        self.squeeze, self._draw_mask = squeeze, None
+        return True
+
+    def relax(self) -> None:
+        """Halve the draws' squeeze (:meth:`tighten`) toward the mask: each proposal starts nearer the
+        budget's edge than the last one's tightest draws, where the best networks are."""
+        squeeze = 1.0 + (self.squeeze - 1.0) / 2
+        self.squeeze, self._draw_mask = (squeeze if squeeze > 1.01 else 1.0), None
+
+    def excess(self, keys: list[tuple[int, ...]]) -> np.ndarray:
+        """Each architecture's largest ratio of a cost to its limit (at most 1: it fits, as :meth:`fits_all`
+        judges): the table's prediction to the mask's limit, and each corrected metric's bound to its
+        limit as measured."""
+        if not len(keys):
+            return np.ones(0)
+        array = np.asarray(keys, dtype=np.int64)
+        predicted_all = self.mask.model.predict_many(array)
+        out = np.max([np.asarray(predicted_all[m], dtype=float) / v for m, v in self.mask.budget.limits().items()],
+                     axis=0)
+        for metric in self.corrected_limits():
+            if not self.correction.count(metric) and self.correction.margin(metric) == 1.0:
+                continue
+            bounds = self.correction.bounds(metric, array, predicted_all[metric])
+            out = np.maximum(out, bounds / self.correction.limit_as_measured(metric, self.budget.limits()[metric]))
+        return out
+
     def exact_check(self) -> bool:
         """Whether a finished draw must be checked (the mask alone is exact for one table-only bound)."""
         return len(self.limits) > 1 or not self.mask.separable or bool(self.corrected_limits())
@@ -247,7 +301,7 @@ class Feasibility:
                                           "trained": m.trained}]
                              for k, m in self.measured.items()],
                 "correction": self.correction.state_dict() if self.correction is not None else None,
-                "risk": [[list(k), p] for k, p in self.risk.items()]}
+                "risk": [[list(k), p] for k, p in self.risk.items()], "squeeze": self.squeeze}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.measured.clear()
@@ -260,6 +314,7 @@ class Feasibility:
             self.correction.load_state_dict(state.get("correction") or {})
             self.remask()
         self.risk = {tuple(k): float(p) for k, p in state.get("risk", [])}
+        self.squeeze, self._draw_mask = float(state.get("squeeze", 1.0)), None
 
 
 def _maybe(value: Any) -> float | None:

@@ -102,7 +102,7 @@ class Episodes:
             states[np.arange(batch)[:, None], np.arange(i) * a + prefixes] = 1.0
         states[:, n * a + i] = 1.0
         masks = np.broadcast_to(self.valid[i], (batch, a)).copy()
-        limits, mask = self.feasibility.limits, self.feasibility.mask
+        limits, mask = self.feasibility.limits, self.feasibility.draw_mask
         if limits:
             needs = mask.needs_batch(prefixes)
             masks &= mask.allowed_batch(needs)

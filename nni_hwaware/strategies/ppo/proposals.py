@@ -11,6 +11,9 @@ neighbours of the best architectures join the pool. Every candidate must fit the
 (:class:`~nni_hwaware.strategies.feasibility.Feasibility`) and stay within the risk allowance. When no
 fresh sample turns up the draws become uniform, and a feasible set small enough to list is searched
 directly: :meth:`Proposer.propose` gives up only when every feasible architecture is tried or in flight.
+Where the exact check rejects a whole round (the measurements disagree, and each network's corrected
+bound is tighter than the mask), the next rounds draw under a tighter mask
+(:meth:`~nni_hwaware.strategies.feasibility.Feasibility.tighten`), relaxed again at the next proposal.
 """
 
 from __future__ import annotations
@@ -121,6 +124,8 @@ class Proposer:
                  generator: torch.Generator, feasibility: Feasibility, screening: Screening) -> None:
         self.config, self.candidates, self.episodes, self.policy = config, candidates, episodes, policy
         self.generator, self.feasibility, self.screening = generator, feasibility, screening
+        #: Why the last :meth:`propose` gave None (None while it proposes).
+        self.gave_up: str | None = None
 
     def propose(self, history: History, pending: Mapping[Key, Episode],
                 unresolved: list[Key]) -> tuple[Key, Episode] | None:
@@ -128,8 +133,11 @@ class Proposer:
         none: the budget is out of reach, or every feasible architecture is tried or in flight (``pending``;
         ``unresolved``: those whose measurement has not come back)."""
         c, feasibility = self.config, self.feasibility
+        self.gave_up = None
         if feasibility.unreachable:
+            self.gave_up = feasibility.unreachable
             return None
+        feasibility.relax()
         drawn, rounds = 0, 0
         while drawn < c.max_resample:
             uniform = round(c.screen * c.explore) if rounds == 0 else c.screen
@@ -144,6 +152,8 @@ class Proposer:
             if fresh and feasibility.exact_check():
                 # lower bounds, several bounds or a correction: the look-ahead let an overrun through
                 fits = feasibility.fits_all(list(fresh))
+                if not fits.any():  # the draws fill a mask the exact check is tighter than: draw tighter
+                    feasibility.tighten(list(fresh))
                 fresh = {key: row for (key, row), ok in zip(fresh.items(), fits, strict=True) if ok}
             if fresh:
                 keys = list(fresh)
@@ -171,10 +181,12 @@ class Proposer:
             if rounds >= 2 and (left := self.feasible_left(history, pending)) is not None:
                 # The feasible set is small enough to list: propose an untried one uniformly, or stop.
                 if not left:
+                    self.gave_up = "every architecture under the budget has been tried"
                     return None
                 key = left[int(torch.randint(len(left), (1,), generator=self.generator))]
                 feasibility.propose(key, float(feasibility.over_probability([key])[0]))
                 return key, self.episodes.replay(self.policy, [key])[0]
+        self.gave_up = f"no untried network under the budget in {drawn} draws (too many fit to list them)"
         return None
 
     def neighbours(self, history: History, pending: Mapping[Key, Episode], exclude: Mapping[Key, int]) -> list[Key]:

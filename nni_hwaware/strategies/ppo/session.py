@@ -135,8 +135,8 @@ class SearchSession:
                     self.exhausted = True
         if not self.retrain_due():
             if self._search_done() or not (search.pending or self.records.screening):
-                raise NoProposal(search.unreachable or ("every architecture under the budget has been tried"
-                                                        if self.exhausted else self._done_why()))
+                raise NoProposal(search.unreachable or ((search.proposer.gave_up or "every architecture under the "
+                                                         "budget has been tried") if self.exhausted else self._done_why()))
             raise NoProposal("the screened networks are measured or trained first", waiting=self.job.retrain is not None)
         if not self.retrain_ready():
             raise NoProposal("the retraining waits for the last search results", waiting=True)

@@ -110,3 +110,27 @@ def test_networks_spanning_the_sizes_predict_the_small_ones_a_budgeted_search_en
                                    for s in small))
     assert max(worst["spanning"]) < 0.12, worst  # 3 % timing noise
     assert np.mean(worst["spanning"]) < 0.5 * np.mean(worst["uniform"]), worst
+
+
+# -- the weights beyond the cache ---------------------------------------------------------------
+def test_weights_beyond_the_cache_are_fitted_where_networks_exceed_it_and_round_trip() -> None:
+    samples, summed = _networks(5, 16)
+    weights = np.linspace(0.5, 3.5, 16)  # MB; a 2 MB cache: the largest five stream 0.25-1.5 MB a call
+    measured = np.array([_truth(s, x) for s, x in zip(summed, samples, strict=True)]) + 0.4 * np.maximum(0, weights - 2)
+    plain = fit_network_term(samples, summed, measured, CHOICES)
+    term = fit_network_term(samples, summed, measured, CHOICES, weights_mb=weights, cache_mb=2.0)
+    assert plain.beyond_cache is None
+    assert term.beyond_cache is not None and term.beyond_cache.cache_mb == 2.0
+    assert term.beyond_cache.ms_per_mb == pytest.approx(0.4, rel=0.25)
+    error = lambda t, w: max(abs(t.predict(s, x, w) / m - 1)  # noqa: E731
+                             for s, x, w, m in zip(summed, samples, w, measured, strict=True))
+    assert error(term, weights) < 0.04 and error(term, weights) < error(plain, np.zeros(16)) / 3
+    back = NetworkTerm.from_row(term.scale, term.to_json(), term.constant)
+    assert back.beyond_cache.to_dict() == term.beyond_cache.to_dict() and back.offsets == term.offsets
+    # no network over the cache, too few to carry the term (two), or networks faster beyond it: no term
+    assert fit_network_term(samples, summed, measured, CHOICES, weights_mb=weights, cache_mb=8.0).beyond_cache is None
+    assert fit_network_term(samples, summed, measured, CHOICES, weights_mb=weights, cache_mb=3.2).beyond_cache is None
+    faster = measured - 0.8 * np.maximum(0, weights - 2)
+    assert fit_network_term(samples, summed, faster, CHOICES, weights_mb=weights, cache_mb=2.0).beyond_cache is None
+    with pytest.raises(HwAwareError, match="__weights_beyond_cache__"):
+        NetworkTerm.from_row(1.0, '{"__weights_beyond_cache__": {"cache_mb": "x"}}')

@@ -525,3 +525,73 @@ def test_needs_of_many_prefixes_at_once_are_each_prefixs_own_to_the_bit(seed: in
             for metric, need in mask._needs(prefix).items():
                 assert np.array_equal(batch[metric][b, :len(need)], need)
                 assert np.isinf(batch[metric][b, len(need):]).all()
+
+
+def _separable_hand_model() -> SpaceCostModel:
+    """:func:`hand_model` with b's factor its own (as if a were fixed at x): every factor of one label."""
+    plain = hand_model()
+    coupled = plain.factors[1]
+    alone = CostFactor(("b",), {m: np.asarray(v)[0] for m, v in coupled.costs.items()})
+    return SpaceCostModel(plain.choices(), [plain.factors[0], alone, plain.factors[2]], plain.fixed)
+
+
+@pytest.mark.parametrize("build", [hand_model, _separable_hand_model])
+def test_weights_beyond_the_cache_add_to_every_prediction_and_the_bounds_still_hold(build) -> None:
+    from nni_hwaware.cost_model.calibration import BeyondCache
+    from nni_hwaware.strategies.budget import Budget, BudgetMask
+
+    plain = build()
+    model = SpaceCostModel(plain.choices(), plain.factors, plain.fixed, beyond_cache=BeyondCache(2.5, 3.0))
+    every = list(itertools.product(*(range(len(v)) for v in model.candidates)))
+    for at in every:  # weights 2.1-3.2 MB: 0 to 2.1 ms more than the factors
+        cost, bare = model.predict_indices(at), plain.predict_indices(at)
+        assert cost.latency_ms == pytest.approx(bare.latency_ms + 3.0 * max(0.0, bare.param_mb - 2.5))
+    many = model.predict_many(np.array(every))["latency_ms"]
+    assert list(many) == pytest.approx([model.predict_indices(at).latency_ms for at in every])
+    for i in range(len(model.labels)):  # every completion costs at least its bound
+        for prefix in itertools.product(*(range(len(v)) for v in model.candidates[:i])):
+            low = model.lower_bounds(list(prefix))["latency_ms"]
+            for at in every:
+                if at[:i] == prefix:
+                    assert model.predict_indices(at).latency_ms >= low[at[i]] - 1e-9
+    one_hot = {label: torch.nn.functional.one_hot(torch.tensor(at), len(values)).double()
+               for label, values, at in zip(model.labels, model.candidates, every[5], strict=True)}
+    assert float(model.expected(one_hot)["latency_ms"]) == pytest.approx(model.predict_indices(every[5]).latency_ms)
+    assert model.restrict({"a": ["y"]}).beyond_cache is model.beyond_cache
+    # the mask judges the whole network: never a network over the budget, every one within it
+    latencies = sorted(model.predict_indices(at).latency_ms for at in every)
+    for limit in latencies[len(latencies) // 4:: len(latencies) // 4]:
+        mask = BudgetMask(model, Budget(latency_ms=limit))
+        # a separable model bounds the term at a completion's least weights: vectorised, no longer exact
+        assert mask.separable == (build is _separable_hand_model) and not mask.exact
+        assert set(mask.enumerate()) == {at for at in every if model.predict_indices(at).latency_ms <= limit}
+        assert mask.cheapest_costs()["latency_ms"] <= latencies[0] + 1e-9
+        for i in range(len(model.labels)):  # the look-ahead, one prefix or many at once, is under every completion
+            prefixes = list(itertools.product(*(range(len(v)) for v in model.candidates[:i])))
+            batch = mask.needs_batch(np.array(prefixes, dtype=int).reshape(len(prefixes), i))["latency_ms"]
+            for b, prefix in enumerate(prefixes):
+                need = mask.needs(prefix)["latency_ms"]
+                assert np.array_equal(batch[b, :len(need)], need)
+                for at in every:
+                    if at[:i] == prefix:
+                        assert model.predict_indices(at).latency_ms >= need[at[i]] - 1e-9
+    if build is _separable_hand_model:  # the term is where a completion's weights pass the cache: it bites
+        mask = BudgetMask(model, Budget(latency_ms=latencies[-1]))
+        assert mask.needs([1, 0])["latency_ms"].max() > BudgetMask(plain, Budget(latency_ms=latencies[-1])).needs(
+            [1, 0])["latency_ms"].max() + 2.0
+
+
+def test_the_cache_is_read_from_the_system_and_absent_where_it_does_not_say(tmp_path: Path) -> None:
+    import os
+
+    from nni_hwaware.profiling import cache_mb
+
+    cpu = sorted(os.sched_getaffinity(0))[0] if hasattr(os, "sched_getaffinity") else 0
+    for index, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"),
+                                                 ("2", "Unified", "1280K"), ("3", "Unified", "30M")]):
+        folder = tmp_path / f"cpu{cpu}" / "cache" / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, text in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(text + "\n")
+    assert cache_mb("cpu", root=tmp_path) == pytest.approx(1.25)
+    assert cache_mb("cpu", root=tmp_path / "nothing") is None

@@ -32,6 +32,14 @@ within +-10 % of their measured ratio to the reference; this term, fitted on 24 
 the reference, 99-100 % in every space (30 random splits, quiet and with the load
 harness). NAS-Bench-201 needs the constant (small cells pay the same overhead as large
 ones), the own-space example the offsets.
+
+**Weights beyond the cache.** A leaf timed on its own runs with its weights in the core's cache;
+a network whose weights do not fit in it (its L2, ``cache_mb``, recorded by the profile) streams
+the rest from further out on every call. Where at least :data:`MIN_BEYOND_CACHE` calibration
+networks' weights ``W(a)`` exceed the cache, the fit adds ``e * max(0, W(a) - cache_mb)``
+(``e`` >= 0 ms a MB, not shrunk, dropped when negative): a term of the whole network, not of any label, which
+:class:`~nni_hwaware.cost_model.model.SpaceCostModel` adds on top of its factors
+(:class:`BeyondCache`).
 """
 
 from __future__ import annotations
@@ -45,12 +53,35 @@ import numpy as np
 
 from nni_hwaware.errors import HwAwareError
 
-__all__ = ["CALIBRATION_SAMPLES", "SHRINKAGE", "NetworkTerm", "fit_network_term"]
+__all__ = ["BEYOND_CACHE_KEY", "CALIBRATION_SAMPLES", "SHRINKAGE", "BeyondCache", "NetworkTerm", "fit_network_term"]
 
 #: Networks measured end to end (besides the cheapest and the reference) to fit a space's per-network term.
 CALIBRATION_SAMPLES = 24
 #: Ridge weight of the per-(label, value) offsets, in units of the median network's latency.
 SHRINKAGE = 1.0
+#: Calibration networks whose weights must exceed the cache for the fit to add the term: with fewer, its
+#: coefficient would be carried by a few networks (digits has two or three past a 2 MB L2).
+MIN_BEYOND_CACHE = 6
+#: Where the network row's ``latency_terms`` keeps the weights-beyond-the-cache term (no label is named so).
+BEYOND_CACHE_KEY = "__weights_beyond_cache__"
+
+
+class BeyondCache:
+    """A network's latency for weights beyond the core's cache: ``ms_per_mb * max(0, weights_mb - cache_mb)``."""
+
+    def __init__(self, cache_mb: float, ms_per_mb: float) -> None:
+        if not (math.isfinite(cache_mb) and cache_mb > 0 and math.isfinite(ms_per_mb) and ms_per_mb >= 0):
+            raise HwAwareError(f"a network term's weights-beyond-the-cache term needs a cache > 0 MB and ms a MB "
+                               f">= 0, got {cache_mb!r} and {ms_per_mb!r}; re-profile the space")
+        self.cache_mb, self.ms_per_mb = float(cache_mb), float(ms_per_mb)
+
+    def __call__(self, weights_mb: Any) -> Any:
+        """The term for ``weights_mb`` (a number, a numpy array or a torch tensor)."""
+        over = weights_mb - self.cache_mb
+        return self.ms_per_mb * (over.clip(min=0) if hasattr(over, "clip") else max(0.0, over))
+
+    def to_dict(self) -> dict[str, float]:
+        return {"cache_mb": self.cache_mb, "ms_per_mb": self.ms_per_mb}
 
 
 class NetworkTerm:
@@ -58,7 +89,7 @@ class NetworkTerm:
     per-(label, value) ``offsets`` (ms)."""
 
     def __init__(self, scale: float, offsets: Mapping[str, Mapping[str, float]] | None = None,
-                 constant: float = 0.0) -> None:
+                 constant: float = 0.0, beyond_cache: BeyondCache | None = None) -> None:
         if not (math.isfinite(scale) and scale > 0):
             raise HwAwareError(f"a network term's latency_scale must be a positive number, got {scale!r}; "
                                "re-profile the space")
@@ -68,18 +99,23 @@ class NetworkTerm:
         self.scale, self.constant = float(scale), float(constant)
         #: ``{label: {repr(value): ms}}``.
         self.offsets = {str(label): {str(v): float(ms) for v, ms in values.items()}
-                        for label, values in (offsets or {}).items()}
+                        for label, values in (offsets or {}).items() if label != BEYOND_CACHE_KEY}
+        #: The whole network's weights beyond the cache (None: no calibration network's exceeded it).
+        self.beyond_cache = beyond_cache
 
     def offset(self, label: str, value: Any) -> float:
         """The offset of ``label = value`` in ms (0 for what the calibration did not see)."""
         return self.offsets.get(label, {}).get(repr(value), 0.0)
 
-    def predict(self, summed_ms: float, sample: Mapping[str, Any]) -> float:
-        return self.scale * summed_ms + self.constant + sum(self.offset(label, value) for label, value in sample.items())
+    def predict(self, summed_ms: float, sample: Mapping[str, Any], weights_mb: float = 0.0) -> float:
+        extra = self.beyond_cache(weights_mb) if self.beyond_cache is not None else 0.0
+        return (self.scale * summed_ms + self.constant + extra
+                + sum(self.offset(label, value) for label, value in sample.items()))
 
     def to_json(self) -> str:
-        """The offsets as the table's ``latency_terms`` column holds them."""
-        return json.dumps(self.offsets, sort_keys=True)
+        """The offsets (and the weights-beyond-the-cache term) as the table's ``latency_terms`` column holds them."""
+        extra = {BEYOND_CACHE_KEY: self.beyond_cache.to_dict()} if self.beyond_cache is not None else {}
+        return json.dumps({**self.offsets, **extra}, sort_keys=True)
 
     @classmethod
     def from_row(cls, scale: Any, terms: Any, constant: Any = 0.0) -> NetworkTerm:
@@ -97,6 +133,12 @@ class NetworkTerm:
                                    "{label: {value: ms}}; re-profile the space")
         else:
             constant = 0.0
+        beyond = offsets.pop(BEYOND_CACHE_KEY, None)
+        try:
+            beyond_cache = BeyondCache(float(beyond["cache_mb"]), float(beyond["ms_per_mb"])) if beyond else None
+        except (KeyError, TypeError, ValueError):
+            raise HwAwareError(f"the cost table's network row has a malformed {BEYOND_CACHE_KEY} "
+                               f"({str(beyond)[:60]}); re-profile the space") from None
         try:
             number = float(scale)
         except (TypeError, ValueError):
@@ -105,15 +147,18 @@ class NetworkTerm:
             constant = float(constant)
         except (TypeError, ValueError):
             constant = math.nan
-        return cls(number, offsets, constant)
+        return cls(number, offsets, constant, beyond_cache)
 
 
 def fit_network_term(samples: Sequence[Mapping[str, Any]], summed_ms: Sequence[float],
                      measured_ms: Sequence[float], choices: Mapping[str, Sequence[Any]], *,
-                     shrinkage: float = SHRINKAGE, weights: Sequence[float] | None = None) -> NetworkTerm:
+                     shrinkage: float = SHRINKAGE, weights: Sequence[float] | None = None,
+                     weights_mb: Sequence[float] | None = None, cache_mb: float | None = None) -> NetworkTerm:
     """The term that best maps each sample's summed leaves to its measured latency (module docstring).
 
     ``weights`` (default 1) multiply each network's relative error, e.g. to count the reference more.
+    ``weights_mb`` (each network's weights) and ``cache_mb`` (the core's cache) add the weights beyond
+    the cache where some network's exceed it.
     """
     summed, measured = np.asarray(summed_ms, float), np.asarray(measured_ms, float)
     if not (len(samples) == len(summed) == len(measured)) or not len(samples):
@@ -131,19 +176,38 @@ def fit_network_term(samples: Sequence[Mapping[str, Any]], summed_ms: Sequence[f
                 design[row, 1 + at[(label, repr(value))]] = 1.0
     target = measured / unit
     rows = (1.0 / target) * (np.ones(len(target)) if weights is None else np.asarray(weights, float))
-    for constant in (True, False):
-        full = np.column_stack([design[:, :1], np.ones(len(target)), design[:, 1:]]) if constant else design
-        free = 2 if constant else 1
-        a, y = full * rows[:, None], target * rows
-        penalty = np.full(full.shape[1], float(shrinkage))
-        penalty[:free] = 1e-9
-        solution = np.linalg.solve(a.T @ a + np.diag(penalty), a.T @ y)
-        if not constant or solution[1] >= 0:
-            break
+    over = (np.maximum(0.0, np.asarray(weights_mb, float) - cache_mb)
+            if weights_mb is not None and cache_mb is not None else np.zeros(len(target)))
+    if over.shape != target.shape or not np.isfinite(over).all():
+        raise HwAwareError("the network term needs one finite weights_mb per calibration network")
+    solution, constant, beyond = _solve(design, target, rows, over, float(shrinkage))
     scale = float(solution[0])
     if not (math.isfinite(scale) and scale > 0):  # degenerate calibration: fall back to the ratio alone
         return NetworkTerm(float(np.median(measured / summed)))
+    free = 1 + constant + beyond
     offsets: dict[str, dict[str, float]] = {}
     for (label, value), w in zip(columns, solution[free:], strict=True):
         offsets.setdefault(label, {})[value] = float(w * unit)
-    return NetworkTerm(scale, offsets, float(solution[1] * unit) if constant else 0.0)
+    return NetworkTerm(scale, offsets, float(solution[1] * unit) if constant else 0.0,
+                       BeyondCache(float(cache_mb), float(solution[free - 1] * unit)) if beyond else None)  # type: ignore[arg-type]
+
+
+def _solve(design: np.ndarray, target: np.ndarray, rows: np.ndarray, over: np.ndarray,
+           shrinkage: float) -> tuple[np.ndarray, bool, bool]:
+    """Ridge on relative errors: (solution, with the constant, with the weights beyond the cache); a free
+    coefficient that comes out negative (the constant, the ms a MB beyond the cache) is refitted without."""
+    constant, beyond = True, int((over > 0).sum()) >= MIN_BEYOND_CACHE
+    while True:
+        free = [design[:, :1]] + ([np.ones((len(target), 1))] if constant else []) + (
+            [over[:, None]] if beyond else [])
+        full = np.column_stack([*free, design[:, 1:]])
+        a, y = full * rows[:, None], target * rows
+        penalty = np.full(full.shape[1], shrinkage)
+        penalty[:len(free)] = 1e-9
+        solution = np.linalg.solve(a.T @ a + np.diag(penalty), a.T @ y)
+        if beyond and solution[len(free) - 1] < 0:
+            beyond = False
+        elif constant and solution[1] < 0:
+            constant = False
+        else:
+            return solution, constant, beyond

@@ -31,6 +31,13 @@ while it runs); FLOPs and parameters add up like latency. From the same arrays:
 * :meth:`SpaceCostModel.expression_profiler`: an NNI ``ExpressionProfiler`` for NNI's
   ``Filter``, ``RangeProfilerFilter`` and penalties.
 
+A profiled CPU table may add one term of the whole network to the latency, the weights beyond
+the core's cache (``beyond_cache``, :mod:`nni_hwaware.cost_model.calibration`):
+``e * max(0, W - cache)`` of the network's weights ``W``. :meth:`~SpaceCostModel.predict` and
+the expression profiler add it exactly; :meth:`~SpaceCostModel.expected` of the expected
+weights (a lower bound of its expectation); :meth:`~SpaceCostModel.lower_bounds` at the least
+weights (still a lower bound, no longer exact).
+
 A model is built by profiling a space (:mod:`nni_hwaware.cost_model.profile`) or
 from a plain table of per-choice costs (:mod:`nni_hwaware.cost_model.choice_table`).
 """
@@ -78,7 +85,7 @@ class SpaceCostModel:
     def __init__(self, choices: Mapping[str, Sequence[Any]], factors: Sequence[CostFactor],
                  fixed: Mapping[str, float], *, chip: str = "", backend: str = "torch",
                  batch_size: int = 1, name: str = "space", peak_flops: float | None = None,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, beyond_cache: Any = None) -> None:
         if not choices:
             raise HwAwareError(f"space {name!r} has no choices: there is nothing to search")
         self.name, self.chip, self.backend, self.batch_size = name, chip, backend, batch_size
@@ -86,6 +93,9 @@ class SpaceCostModel:
         self.peak_flops = peak_flops
         #: Intra-op threads the costs were measured with (None: unknown or the runtime's default).
         self.threads = threads
+        #: The latency of a network's weights beyond the core's cache, on top of the factors: a
+        #: :class:`~nni_hwaware.cost_model.calibration.BeyondCache` of the network's ``param_mb``, or None.
+        self.beyond_cache = beyond_cache if beyond_cache is not None and beyond_cache.ms_per_mb > 0 else None
         #: Labels in the order of the space (the order decisions are taken in).
         self.labels: list[str] = list(choices)
         #: Values of each label, in the space's order.
@@ -182,6 +192,8 @@ class SpaceCostModel:
             for m in ADDITIVE:
                 sums[m] += float(factor.costs[m][at])
             activation = max(activation, float(factor.costs["activation_mb"][at]))
+        if self.beyond_cache is not None:
+            sums["latency_ms"] += float(self.beyond_cache(sums["param_mb"]))
         return ArchCost(latency_ms=sums["latency_ms"], memory_mb=sums["param_mb"] + activation,
                         param_mb=sums["param_mb"], activation_mb=activation,
                         flops=round(sums["flops"]), params=round(sums["params"]))
@@ -197,6 +209,8 @@ class SpaceCostModel:
             for m in ADDITIVE:
                 sums[m] += np.asarray(factor.costs[m], dtype=np.float64)[at]
             activation = np.maximum(activation, np.asarray(factor.costs["activation_mb"], dtype=np.float64)[at])
+        if self.beyond_cache is not None:
+            sums["latency_ms"] = sums["latency_ms"] + self.beyond_cache(sums["param_mb"])
         return {"latency_ms": sums["latency_ms"], "memory_mb": sums["param_mb"] + activation,
                 "flops": np.round(sums["flops"]), "params": np.round(sums["params"])}
 
@@ -243,6 +257,8 @@ class SpaceCostModel:
                 else:
                     sums[m] = sums[m] + value
         activation = torch.stack(activations).max()
+        if self.beyond_cache is not None:  # of the expected weights: a lower bound of its expectation
+            sums["latency_ms"] = sums["latency_ms"] + self.beyond_cache(sums["param_mb"])
         activation_sum = self.fixed["activation_sum_mb"] + torch.stack(activations[1:]).sum() if len(
             activations) > 1 else activations[0] * 0 + self.fixed["activation_sum_mb"]
         return {"latency_ms": sums["latency_ms"], "memory_mb": sums["param_mb"] + activation,
@@ -299,6 +315,8 @@ class SpaceCostModel:
                     activation = np.maximum(activation, sub)
                 else:
                     sums[m] = sums[m] + sub
+        if self.beyond_cache is not None:  # at the least weights: it grows with them
+            sums["latency_ms"] = sums["latency_ms"] + self.beyond_cache(sums["param_mb"])
         return {"latency_ms": sums["latency_ms"], "flops": sums["flops"], "params": sums["params"],
                 "memory_mb": sums["param_mb"] + activation}
 
@@ -365,7 +383,7 @@ class SpaceCostModel:
             factors.append(CostFactor(factor.labels, {m: factor.costs[m][index] for m in _ALL}))
         return SpaceCostModel(choices, factors, self.fixed, chip=self.chip, backend=self.backend,
                               batch_size=self.batch_size, name=self.name, peak_flops=self.peak_flops,
-                              threads=self.threads)
+                              threads=self.threads, beyond_cache=self.beyond_cache)
 
     # -- NNI -----------------------------------------------------------------------
     def expression_profiler(self, space: Any, metric: str = "latency_ms") -> Any:
@@ -401,6 +419,10 @@ class SpaceCostModel:
                 self.fixed["activation_mb"], *[term(f, "activation_mb") for f in self.factors])
         else:
             expression = self.fixed[metric] + sum(term(f, metric) for f in self.factors)
+        if metric == "latency_ms" and self.beyond_cache is not None:
+            weights = self.fixed["param_mb"] + sum(term(f, "param_mb") for f in self.factors)
+            expression = expression + self.beyond_cache.ms_per_mb * MutableExpression.max(
+                0.0, weights - self.beyond_cache.cache_mb)
 
         class SpaceCostProfiler(ExpressionProfiler):
             def __init__(self) -> None:

@@ -53,6 +53,7 @@ from nni_hwaware.cost_table.table import CostTable
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling import (
     BYTES_PER_MB,
+    cache_mb,
     detect_chip,
     fixed_threads,
     get_backend,
@@ -332,7 +333,8 @@ def _network_row(space: nn.Module, leaves: SpaceLeaves, table: CostTable, k: int
                                **timing)
     summed = np.array([model.predict(s).latency_ms for s in samples])
     latencies = measured["latency_ms"].to_numpy()
-    term = fit_network_term(samples, summed, latencies, leaves.choices, weights=weights)
+    term = fit_network_term(samples, summed, latencies, leaves.choices, weights=weights,
+                            weights_mb=[model.predict(s).param_mb for s in samples], cache_mb=cache_mb(device))
     gaps = latencies - summed
     keep = {c: template[c] for c in template if c not in ("spec", "output_shape", *_LEAF_TIMING)}
     row = {**keep, "block": network_block(leaves), "kind": "network",
@@ -425,4 +427,5 @@ def space_cost_model(leaves: SpaceLeaves, table: CostTable, *, chip: str | None 
     fixed["latency_ms"] = offset
     threads = int(found["threads"].iloc[0]) if len(found) else 0
     return SpaceCostModel(leaves.choices, factors, fixed, chip=chip, backend=backend, batch_size=batch_size,
+                          beyond_cache=network.beyond_cache,
                           name=name, peak_flops=float(found["peak_flops"].iloc[0]), threads=threads or None)

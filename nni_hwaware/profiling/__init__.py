@@ -31,7 +31,13 @@ from nni_hwaware.profiling.backends import (
     get_backend,
     register_backend,
 )
-from nni_hwaware.profiling.chips import ChipInfo, detect_chip, fixed_threads, measure_peak_flops
+from nni_hwaware.profiling.chips import (
+    ChipInfo,
+    cache_mb,
+    detect_chip,
+    fixed_threads,
+    measure_peak_flops,
+)
 from nni_hwaware.profiling.flops import count_flops, count_params
 from nni_hwaware.profiling.int8 import OnnxRuntimeInt8Backend, quantize_onnx
 from nni_hwaware.profiling.interleaved import interleaved_latency
@@ -62,6 +68,7 @@ __all__ = [
     "Runner",
     "TorchBackend",
     "available_backends",
+    "cache_mb",
     "count_flops",
     "count_params",
     "detect_chip",

@@ -21,9 +21,11 @@ import torch
 from nni_hwaware.errors import HwAwareError
 from nni_hwaware.profiling._checks import check_positive_int, parse_device
 
-__all__ = ["ChipInfo", "detect_chip", "fixed_threads", "measure_peak_flops"]
+__all__ = ["ChipInfo", "cache_mb", "detect_chip", "fixed_threads", "measure_peak_flops"]
 
 _CPUINFO = Path("/proc/cpuinfo")
+_CPU_CACHES = Path("/sys/devices/system/cpu")
+_SIZE_UNITS = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,25 @@ def detect_chip(device: str = "cpu", threads: int | None = None) -> ChipInfo:
             name=torch.cuda.get_device_name(index), device=f"cuda:{index}", threads=n_threads
         )
     return ChipInfo(name=_cpu_model_name(), device="cpu", threads=n_threads)
+
+
+def cache_mb(device: str = "cpu", root: Path = _CPU_CACHES) -> float | None:
+    """The L2 cache of the core this process runs on, in MB (2**20 bytes); None on a GPU or where the
+    system does not say (Linux's ``/sys/devices/system/cpu/cpuN/cache``)."""
+    import os
+
+    if parse_device(device).type != "cpu":
+        return None
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    try:
+        for index in sorted((root / f"cpu{cpus[0]}" / "cache").glob("index*")):
+            level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip().upper()
+            if level == "2" and kind in ("Unified", "Data") and size[-1:] in _SIZE_UNITS and size[:-1].isdigit():
+                return int(size[:-1]) * _SIZE_UNITS[size[-1]]
+    except OSError:
+        pass
+    return None
 
 
 @contextmanager

@@ -17,7 +17,9 @@ found exactly by trying every activation cap ``t`` of the remaining labels:
 mask is then exact: no sampled architecture is over budget and none that fits is
 excluded. Where factors couple labels (a width choice feeding the next layer, a
 ``Repeat`` depth), the look-ahead is the cost model's lower bound, which never
-excludes a feasible choice. In both cases, and with several bounds (each checked
+excludes a feasible choice; so is it where the model adds the latency of the weights beyond
+the core's cache (a term of the whole network): separable models bound it at a completion's
+least weights, still vectorised. In both cases, and with several bounds (each checked
 separately), :meth:`BudgetMask.within` checks the finished architecture, so no
 proposal is ever over budget.
 """
@@ -75,6 +77,11 @@ class BudgetMask:
         #: Every factor depends on one label: the look-ahead is exact (see the module docstring).
         #: (The model merges factors over the same labels: a label has at most one such factor.)
         self.separable = all(len(f.labels) == 1 for f in model.factors)
+        #: The latency of the weights beyond the core's cache, a term of the whole network (None: none).
+        #: The look-ahead then bounds it at the least weights of a completion, and is no longer exact.
+        self.beyond_cache = model.beyond_cache
+        #: Whether the look-ahead is exact: no draw it lets through is over a single bound.
+        self.exact = self.separable and self.beyond_cache is None
         if self.separable:
             width = int(self.n_candidates.max())
             grids = {m: np.full((self.n_layers, width), np.inf) for m in ("latency_ms", "flops", "param_mb",
@@ -85,6 +92,8 @@ class BudgetMask:
             self._additive = {m: grids[m] for m in ("latency_ms", "flops")}
             self._params, self._acts = grids["param_mb"], grids["activation_mb"]
             self._rest = {m: np.append(np.cumsum(c.min(axis=1)[::-1])[::-1], 0.0) for m, c in self._additive.items()}
+            #: The least weights of a completion of labels ``i..`` (the beyond-the-cache term's bound).
+            self._rest_params = np.append(np.cumsum(self._params.min(axis=1)[::-1])[::-1], 0.0)
         cheapest = self.cheapest_costs()
         over = {m: (cheapest[m], limit) for m, limit in budget.limits().items() if cheapest[m] > limit + _EPS}
         if over:
@@ -125,6 +134,7 @@ class BudgetMask:
             bounds = self.model.lower_bounds([])
             return {m: float(bounds[m].min()) for m in ("latency_ms", "flops", "memory_mb")}
         out = {m: fixed[m] + float(self._rest[m][0]) for m in self._additive}
+        out["latency_ms"] += self._beyond(fixed["param_mb"] + float(self._rest_params[0]))
         out["memory_mb"] = fixed["param_mb"] + self._memory_completion(0, fixed["activation_mb"])
         return out
 
@@ -192,7 +202,15 @@ class BudgetMask:
                 cost = self._additive[metric]
                 spent = self.model.fixed[metric] + float(cost[rows, chosen].sum())
                 out[metric] = spent + cost[i, :n] + self._rest[metric][i + 1]
+                if metric == "latency_ms" and self.beyond_cache is not None:
+                    weights = self.model.fixed["param_mb"] + float(self._params[rows, chosen].sum())
+                    out[metric] = out[metric] + self._beyond(weights + self._params[i, :n] + self._rest_params[i + 1])
         return out
+
+    def _beyond(self, weights_mb: Any) -> Any:
+        """The beyond-the-cache latency of ``weights_mb`` (0 without the term); it grows with the weights,
+        so at a completion's least weights it is a lower bound of every completion's."""
+        return self.beyond_cache(weights_mb) if self.beyond_cache is not None else 0.0
 
     def needs_batch(self, prefixes: np.ndarray) -> dict[str, np.ndarray]:
         """:meth:`needs` of ``B`` prefixes of one length at once: ``(B, W)`` arrays per budgeted metric.
@@ -215,6 +233,10 @@ class BudgetMask:
                 cost = self._additive[metric]
                 spent = self.model.fixed[metric] + cost[rows, prefixes].sum(axis=1)
                 out[metric] = spent[:, None] + cost[i][None, :] + self._rest[metric][i + 1]
+                if metric == "latency_ms" and self.beyond_cache is not None:
+                    weights = self.model.fixed["param_mb"] + self._params[rows, prefixes].sum(axis=1)
+                    out[metric] = out[metric] + self._beyond(weights[:, None] + self._params[i][None, :]
+                                                             + self._rest_params[i + 1])
             return out
         out = {m: np.full((batch, width), np.inf) for m in limits}
         n = self.n_candidates[i]
@@ -286,6 +308,7 @@ class BudgetMask:
         spent, act = self._spent(prefix)
         rest_act = float(finite["activation_mb"][i:].max()) if i < self.n_layers else -math.inf
         out["memory_mb"] = spent + float(finite["param_mb"][i:].max(axis=1).sum()) + max(act, rest_act)
+        out["latency_ms"] += self._beyond(spent + float(finite["param_mb"][i:].max(axis=1).sum()))
         return out
 
     def most_probable(self, log_probs: Sequence[np.ndarray], node_limit: int = 200_000, *,
@@ -372,6 +395,8 @@ class BudgetMask:
                     rows, chosen = np.arange(i), np.asarray(prefix, dtype=int)
                     used[metric] = (self.model.fixed[metric] + float(self._additive[metric][rows, chosen].sum())
                                     + self._rest[metric][i])
+                    if metric == "latency_ms":
+                        used[metric] += self._beyond(self._spent(prefix)[0] + float(self._rest_params[i]))
         else:
             used = {m: float(v.min()) for m, v in self.needs(prefix).items()}
         return np.asarray([(limit - used[m]) / limit for m, limit in self.budget.limits().items()],

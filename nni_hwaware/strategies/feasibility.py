@@ -233,7 +233,7 @@ class Feasibility:
 
     def exact_check(self) -> bool:
         """Whether a finished draw must be checked (the mask alone is exact for one table-only bound)."""
-        return len(self.limits) > 1 or not self.mask.separable or bool(self.corrected_limits())
+        return len(self.limits) > 1 or not self.mask.exact or bool(self.corrected_limits())
 
     def fits_all(self, keys: list[tuple[int, ...]]) -> np.ndarray:
         """Within every bound by the table, and within each corrected metric's limit as measured with the

@@ -129,6 +129,22 @@ def _proposals_after_disagreeing_measurements(seed: int) -> tuple[list[bool], st
     return fits, search.proposer.gave_up
 
 
+def test_the_draws_mask_never_squeezes_past_the_cheapest_network() -> None:
+    search = PPOSearch(_wide_model(), Budget(latency_ms=1.0), PPOConfig(seed=0, proxy="none"))
+    feasibility = search.feasibility
+    cheapest = feasibility.mask.cheapest_costs()["latency_ms"]
+    excess = search.predicted((3,) * 8)["latency_ms"]  # 2.46 ms against 1 ms
+    assert feasibility.tighten([(3,) * 8]) and feasibility.squeeze == pytest.approx(excess)
+    assert feasibility.draw_mask.budget.latency_ms == pytest.approx(1.0 / excess)
+    assert not feasibility.tighten([(5,) * 8])  # 4x more would leave out even the cheapest network (0.3 ms)
+    feasibility.squeeze, feasibility._draw_mask = 50.0, None  # e.g. kept from before the mask moved tighter
+    assert cheapest <= feasibility.draw_mask.budget.latency_ms <= 1.0 / 3.0 and feasibility.squeeze < 50.0
+    arch = search.ask()
+    assert arch is not None and search.predicted(search.actions_of(arch))["latency_ms"] <= 1.0
+    feasibility.relax()
+    assert 1.0 < feasibility.squeeze < 3.4
+
+
 @pytest.mark.slow  # 16 searches: 17 s
 def test_draws_the_exact_check_rejects_make_the_next_draws_tighter_not_the_search_give_up(monkeypatch) -> None:
     # the python_api example's search once stopped at 2 of its 3 trials this way: one measurement over,

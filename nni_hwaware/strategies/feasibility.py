@@ -186,9 +186,20 @@ class Feasibility:
         if self.squeeze == 1.0:
             return self.mask
         if self._draw_mask is None or self._draw_mask_of is not self.mask:  # rebuilt when the mask moves
+            # a mask moved tighter since the squeeze was set: no tighter than leaves the cheapest network
+            self.squeeze = min(self.squeeze, self._most_squeeze())
+            if self.squeeze <= 1.0:
+                self.squeeze = 1.0
+                return self.mask
             limits = {m: v / self.squeeze for m, v in self.mask.budget.limits().items()}
             self._draw_mask, self._draw_mask_of = BudgetMask(self.model, Budget(**limits)), self.mask
         return self._draw_mask
+
+    def _most_squeeze(self) -> float:
+        """The largest squeeze whose limits still hold the cheapest network (a hair inside them)."""
+        cheapest = self.mask.cheapest_costs()
+        return min((v / cheapest[m] if cheapest[m] > 0 else math.inf for m, v in self.mask.budget.limits().items()),
+                   default=math.inf) * (1 - 1e-6)
 
     def tighten(self, rejected: list[tuple[int, ...]]) -> bool:
         """Draw under a tighter mask after a round of draws that :meth:`fits_all` all rejected.
@@ -202,8 +213,7 @@ class Feasibility:
         """
         ratio = float(np.clip(np.median(self.excess(rejected)), 1.02, 4.0)) if rejected else 1.02
         squeeze = self.squeeze * ratio
-        cheapest = self.mask.cheapest_costs()
-        if any(cheapest[m] > v / squeeze * (1 - 1e-9) for m, v in self.mask.budget.limits().items()):
+        if squeeze > self._most_squeeze():
             return False
         self.squeeze, self._draw_mask = squeeze, None
         return True

@@ -77,7 +77,7 @@ class Feasibility:
         self.risk: dict[tuple[int, ...], float] = {}
         #: Why no network can fit the budget as measured (None while some can): the search then stops.
         self.unreachable: str | None = None
-        #: The draws' mask is the mask with its limits divided by this (>= 1): :meth:`tighten`.
+        #: The draws' mask is the mask with its limits divided by this (>= 1) during one proposal: :meth:`tighten`.
         self.squeeze = 1.0
         self._draw_mask: BudgetMask | None = None
         self.remask()
@@ -185,21 +185,10 @@ class Feasibility:
         """The mask a search draws under: :attr:`mask`, its limits divided by :attr:`squeeze`."""
         if self.squeeze == 1.0:
             return self.mask
-        if self._draw_mask is None or self._draw_mask_of is not self.mask:  # rebuilt when the mask moves
-            # a mask moved tighter since the squeeze was set: no tighter than leaves the cheapest network
-            self.squeeze = min(self.squeeze, self._most_squeeze())
-            if self.squeeze <= 1.0:
-                self.squeeze = 1.0
-                return self.mask
+        if self._draw_mask is None:
             limits = {m: v / self.squeeze for m, v in self.mask.budget.limits().items()}
-            self._draw_mask, self._draw_mask_of = BudgetMask(self.model, Budget(**limits)), self.mask
+            self._draw_mask = BudgetMask(self.model, Budget(**limits))
         return self._draw_mask
-
-    def _most_squeeze(self) -> float:
-        """The largest squeeze whose limits still hold the cheapest network (a hair inside them)."""
-        cheapest = self.mask.cheapest_costs()
-        return min((v / cheapest[m] if cheapest[m] > 0 else math.inf for m, v in self.mask.budget.limits().items()),
-                   default=math.inf) * (1 - 1e-6)
 
     def tighten(self, rejected: list[tuple[int, ...]]) -> bool:
         """Draw under a tighter mask after a round of draws that :meth:`fits_all` all rejected.
@@ -208,21 +197,20 @@ class Feasibility:
         draw tends to fill them; where the measurements disagree, each network's own corrected bound is
         much tighter, and draws that fill the mask's limits almost never fit. The draws' limits are then
         divided by the median excess of ``rejected`` (a network's largest ratio of a bound to its limit;
-        by 2 % to 4x a round). False, and the draws' mask unchanged, where that would leave not even the
-        cheapest network within them.
+        by 2 % to 4x a round) until :meth:`untighten`. False, and the draws' mask unchanged, where that
+        would leave not even the cheapest network within them.
         """
         ratio = float(np.clip(np.median(self.excess(rejected)), 1.02, 4.0)) if rejected else 1.02
         squeeze = self.squeeze * ratio
-        if squeeze > self._most_squeeze():
+        cheapest = self.mask.cheapest_costs()
+        if any(cheapest[m] > v / squeeze * (1 - 1e-6) for m, v in self.mask.budget.limits().items()):
             return False
         self.squeeze, self._draw_mask = squeeze, None
         return True
 
-    def relax(self) -> None:
-        """Halve the draws' squeeze (:meth:`tighten`) toward the mask: each proposal starts nearer the
-        budget's edge than the last one's tightest draws, where the best networks are."""
-        squeeze = 1.0 + (self.squeeze - 1.0) / 2
-        self.squeeze, self._draw_mask = (squeeze if squeeze > 1.01 else 1.0), None
+    def untighten(self) -> None:
+        """Draw under the mask again (a proposal's :meth:`tighten` ends with it)."""
+        self.squeeze, self._draw_mask = 1.0, None
 
     def excess(self, keys: list[tuple[int, ...]]) -> np.ndarray:
         """Each architecture's largest ratio of a cost to its limit (at most 1: it fits, as :meth:`fits_all`
@@ -311,7 +299,7 @@ class Feasibility:
                                           "trained": m.trained}]
                              for k, m in self.measured.items()],
                 "correction": self.correction.state_dict() if self.correction is not None else None,
-                "risk": [[list(k), p] for k, p in self.risk.items()], "squeeze": self.squeeze}
+                "risk": [[list(k), p] for k, p in self.risk.items()]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.measured.clear()
@@ -324,7 +312,6 @@ class Feasibility:
             self.correction.load_state_dict(state.get("correction") or {})
             self.remask()
         self.risk = {tuple(k): float(p) for k, p in state.get("risk", [])}
-        self.squeeze, self._draw_mask = float(state.get("squeeze", 1.0)), None
 
 
 def _maybe(value: Any) -> float | None:

@@ -13,7 +13,7 @@ fresh sample turns up the draws become uniform, and a feasible set small enough 
 directly: :meth:`Proposer.propose` gives up only when every feasible architecture is tried or in flight.
 Where the exact check rejects a whole round (the measurements disagree, and each network's corrected
 bound is tighter than the mask), the next rounds draw under a tighter mask
-(:meth:`~nni_hwaware.strategies.feasibility.Feasibility.tighten`), relaxed again at the next proposal.
+(:meth:`~nni_hwaware.strategies.feasibility.Feasibility.tighten`), for the rest of that proposal.
 """
 
 from __future__ import annotations
@@ -132,12 +132,18 @@ class Proposer:
         """The next proposal and its episode (recorded with its risk by the feasibility), or None when there is
         none: the budget is out of reach, or every feasible architecture is tried or in flight (``pending``;
         ``unresolved``: those whose measurement has not come back)."""
-        c, feasibility = self.config, self.feasibility
         self.gave_up = None
-        if feasibility.unreachable:
-            self.gave_up = feasibility.unreachable
+        if self.feasibility.unreachable:
+            self.gave_up = self.feasibility.unreachable
             return None
-        feasibility.relax()
+        try:
+            return self._propose(history, pending, unresolved)
+        finally:
+            self.feasibility.untighten()  # the next proposal, and every other draw, starts at the mask
+
+    def _propose(self, history: History, pending: Mapping[Key, Episode],
+                 unresolved: list[Key]) -> tuple[Key, Episode] | None:
+        c, feasibility = self.config, self.feasibility
         drawn, rounds = 0, 0
         while drawn < c.max_resample:
             uniform = round(c.screen * c.explore) if rounds == 0 else c.screen

@@ -46,7 +46,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from nni_hwaware.cost_model.calibration import CALIBRATION_SAMPLES, NetworkTerm, fit_network_term
+from nni_hwaware.cost_model.calibration import NetworkTerm, calibration_count, fit_network_term
 from nni_hwaware.cost_model.leaves import SpaceLeaves, find_leaves
 from nni_hwaware.cost_model.model import ADDITIVE, CostFactor, SpaceCostModel
 from nni_hwaware.cost_table.table import CostTable
@@ -170,7 +170,7 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
                         backend: str = "torch", device: str = "cpu", batch_size: int = 1,
                         threads: int | None = 1, peak_flops: float | None = None, seed: int = 0,
                         progress: bool = True, table: CostTable | None = None,
-                        calibration_samples: int = CALIBRATION_SAMPLES, leaves: SpaceLeaves | None = None,
+                        calibration_samples: int | None = None, leaves: SpaceLeaves | None = None,
                         reference: Mapping[str, Any] | Callable[[SpaceCostModel], Mapping[str, Any]] | None = None,
                         **timing: float) -> CostTable:
     """Measure every distinct leaf of ``space`` on this machine's chip; returns the whole table.
@@ -180,7 +180,8 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
     the result holds them and the new rows. ``threads`` is the intra-op thread count (1
     by default: the steadiest on a shared CPU); ``peak_flops`` the chip's peak ``C``
     (measured by a short matrix-multiply benchmark when not given);
-    ``calibration_samples`` whole networks set the per-network term (0: none), with the
+    ``calibration_samples`` whole networks set the per-network term (0: none; None:
+    :func:`~nni_hwaware.cost_model.calibration.calibration_count` of the space), with the
     space's ``reference`` network (a sample, or a function of the leaves' cost model that
     gives it, e.g. ``NamedSpace.baseline``; None: none) measured beside them; ``timing``
     takes the options of :func:`~nni_hwaware.profiling.rounds.time_in_rounds` (``max_seconds``:
@@ -189,6 +190,8 @@ def profile_model_space(space: nn.Module, dummy_input: torch.Tensor, *, chip: st
     if peak_flops is not None and not (math.isfinite(peak_flops) and peak_flops > 0):
         raise HwAwareError(f"peak_flops must be a positive number of FLOP/s, got {peak_flops}")
     leaves = leaves or find_leaves(space, dummy_input)
+    if calibration_samples is None:
+        calibration_samples = calibration_count(leaves.choices)
     timing = {**TIMING, **timing}
     with fixed_threads(threads) as n_threads:
         info = detect_chip(device, n_threads)

@@ -158,7 +158,7 @@ def test_a_space_of_wide_labels_gets_enough_calibration_networks_to_rank_by_its_
 
     from nni_hwaware.cost_model.calibration import CALIBRATION_SAMPLES, calibration_count
 
-    assert calibration_count(WIDE) == 96 and calibration_count(CHOICES) == CALIBRATION_SAMPLES
+    assert calibration_count(WIDE) == 128 and calibration_count({"a": [0, 1, 2]}) == CALIBRATION_SAMPLES
     tests, test_summed, test_truth = networks(60, seed + 1000)
 
     def ranks(n: int) -> float:
@@ -167,6 +167,6 @@ def test_a_space_of_wide_labels_gets_enough_calibration_networks_to_rank_by_its_
         return float(stats.spearmanr(predicted, test_truth).statistic)
 
     few, enough = ranks(CALIBRATION_SAMPLES), ranks(calibration_count(WIDE))
-    # (seeds 0-2: 0.94 / 0.90 / 0.92 with 24 networks, 0.97 / 0.94 / 0.98 with 96)
+    # (seeds 0-2: 0.94 / 0.90 / 0.92 with 24 networks)
     assert enough > few + 0.025
     assert enough > 0.93

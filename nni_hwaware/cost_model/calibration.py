@@ -59,8 +59,8 @@ __all__ = ["BEYOND_CACHE_KEY", "CALIBRATION_PER_VALUE", "CALIBRATION_SAMPLES", "
 #: The least networks measured end to end (besides the cheapest and the reference) to fit a space's per-network term.
 CALIBRATION_SAMPLES = 24
 #: Calibration networks a value of the space's widest label: with ``v`` values, half the networks uniform,
-#: each value is then in about 3 of them (:func:`calibration_count`).
-CALIBRATION_PER_VALUE = 6
+#: each value is then in about 4 of them (:func:`calibration_count`).
+CALIBRATION_PER_VALUE = 8
 #: Ridge weight of the per-(label, value) offsets, in units of the median network's latency.
 SHRINKAGE = 1.0
 #: Calibration networks whose weights must exceed the cache for the fit to add the term: with fewer, its
@@ -77,10 +77,11 @@ def calibration_count(choices: Mapping[str, Sequence[Any]]) -> int:
     Each (label, value) has an offset, and an offset is only as good as the networks that hold
     its value. With a fixed 24, a label of 16 values (digits' blocks) had each value in one or
     two of the networks; its offsets were shrunk to near 0, and the term ranked digits networks
-    at 0.95 against a noise ceiling of 0.996. Refitted to 24, 48, 72 and 96 of the same 96
+    at 0.95 against a noise ceiling of 0.996. Refitted to 24, 48, 96, 128 and 160 of the same 160
     measured networks (10 random subsets each), the Spearman over 60 held-out networks went
-    0.949, 0.959, 0.966, 0.975 (``benchmarks/lut_fidelity.md``). The count grows with the widest
-    label, not with the number of labels: a label's values share its networks.
+    0.943, 0.950, 0.969, 0.975, 0.979 (``benchmarks/lut_fidelity.md``): 8 a value (128 on digits)
+    is where the gain flattens, at about 0.3 s a network to build and measure. The count grows
+    with the widest label, not with the number of labels: a label's values share its networks.
     """
     widest = max((len(values) for values in choices.values()), default=0)
     return max(CALIBRATION_SAMPLES, CALIBRATION_PER_VALUE * widest)

@@ -6,8 +6,9 @@ import itertools
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from nni_hwaware.cost_model.calibration import NetworkTerm, fit_network_term
+from nni_hwaware.cost_model.calibration import CALIBRATION_SAMPLES, NetworkTerm, calibration_count, fit_network_term
 from nni_hwaware.errors import HwAwareError
 
 CHOICES = {"a": [0, 1, 2], "b": ["x", "y", "z", "w"], "c": [16, 32]}
@@ -153,10 +154,6 @@ def test_a_space_of_wide_labels_gets_enough_calibration_networks_to_rank_by_its_
         summed = np.array([sum(leaf[k][v] for k, v in s.items()) for s in samples])
         truth = 1.1 * summed + 0.5 + np.array([sum(gap[k][v] for k, v in s.items()) for s in samples])
         return samples, summed, truth * np.exp(draw.normal(0, 0.01, n))  # 1 % timing noise
-
-    from scipy import stats
-
-    from nni_hwaware.cost_model.calibration import CALIBRATION_SAMPLES, calibration_count
 
     assert calibration_count(WIDE) == 128 and calibration_count({"a": [0, 1, 2]}) == CALIBRATION_SAMPLES
     tests, test_summed, test_truth = networks(60, seed + 1000)

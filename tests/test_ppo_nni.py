@@ -100,9 +100,9 @@ def test_tuner_under_nnictl_with_concurrency_2(table: Path, tmp_path: Path) -> N
     # a trial trains its network, or measured it over the budget and reports that without training
     assert all(("val_top3" in m) != bool(m.get("not_trained")) for m in metrics)
     assert all(m["default"] == 0.0 for m in metrics if m.get("not_trained"))
-    import torch
+    from nni_hwaware.strategies.ppo.records import load_state
 
-    saved = torch.load(state, weights_only=True)  # the trainings and the networks measured over the budget
+    saved = load_state(str(state))  # the trainings and the networks measured over the budget
     assert sorted(tuple(k) for k, _ in [*saved["history"], *saved["screened"]]) == sorted(
         tuple(config.layer_specs()[i].candidates.index(a[s.label]) for i, s in enumerate(config.layer_specs()))
         for a in archs)

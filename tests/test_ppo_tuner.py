@@ -310,3 +310,31 @@ def test_trials_are_sent_the_budget_to_measure_against_before_training(tmp_path)
     assert TrialParameters.from_dict(everything.generate_parameters(0)).budget == {}
     with pytest.raises(HwAwareError, match="train_over_budget must be true or false"):
         _tuner(tmp_path / "bad", train_over_budget="no")
+
+
+def test_a_saved_state_reads_back_exactly_and_an_older_file_still_reads(tmp_path) -> None:
+    """Tensors, tuples, integer keys, NaN and the random state come back as they were saved, whichever part
+    of the file holds them; a state written whole by ``torch.save`` (before the plain part) reads too."""
+    import math
+
+    import torch
+
+    from nni_hwaware.strategies.ppo.records import load_state, save_state
+
+    state = {"policy": {"w": torch.arange(6.0).reshape(2, 3)}, "optimizer": {"state": {0: {"step": torch.tensor(3.0)}},
+                                                                               "param_groups": [{"lr": 0.01, "params": [0]}]},
+             "generator": torch.Generator().manual_seed(4).get_state(),
+             "history": [[[0, 2, 1], 0.5], [[1, 1, 1], float("nan")]], "pending": [(0, 1)],
+             "counts": {3: 1.5}, "config": {"seed": 1, "proxy": None, "risk_floor": True}}
+    path = tmp_path / "s.pt"
+    save_state(str(path), state)
+    back = load_state(str(path))
+    assert set(back) == set(state)
+    assert torch.equal(back["policy"]["w"], state["policy"]["w"])
+    assert torch.equal(back["optimizer"]["state"][0]["step"], torch.tensor(3.0))
+    assert torch.equal(back["generator"], state["generator"])
+    assert back["history"][0] == [[0, 2, 1], 0.5] and math.isnan(back["history"][1][1])
+    assert back["pending"] == [(0, 1)] and back["counts"] == {3: 1.5} and back["config"] == state["config"]
+    old = tmp_path / "old.pt"
+    torch.save(dict(state), old)
+    assert load_state(str(old))["history"][0] == [[0, 2, 1], 0.5]

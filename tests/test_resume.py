@@ -6,10 +6,11 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 from experiments import final_archs, ppo_template
 
+from nni_hwaware.errors import HwAwareError
 from nni_hwaware.experiment import RunningExperiment, create_experiment, write_config
+from nni_hwaware.strategies.ppo.records import load_state
 
 pytestmark = [pytest.mark.slow, pytest.mark.nnictl]
 
@@ -33,7 +34,7 @@ def test_killed_search_resumes_without_proposing_finished_trials_again(tmp_path:
         before = final_archs(experiment.trial_jobs())
         experiment.kill()  # manager, tuner and running trials, at once
     state_file = experiment.experiment_dir / "hwaware" / "ppo_state.pt"
-    saved = torch.load(state_file, weights_only=True)
+    saved = load_state(str(state_file))
     learned_before = {tuple(k) for k, _ in saved["history"]}
     assert len(before) >= 3 and set(before.values()) <= {_names(k) for k in learned_before}
 
@@ -44,7 +45,7 @@ def test_killed_search_resumes_without_proposing_finished_trials_again(tmp_path:
     assert len(jobs) == 8 and all(job["status"] == "SUCCEEDED" for job in jobs), resumed.describe()
     assert len(archs) == 8 and len(set(archs.values())) == 8  # no architecture trained twice
     assert {archs[trial] for trial in before} == set(before.values())  # results before the kill kept
-    saved = torch.load(state_file, weights_only=True)
+    saved = load_state(str(state_file))
     assert learned_before <= {tuple(k) for k, _ in saved["history"]}
     assert len(saved["history"]) == 8  # the trials before the kill are counted
     log = (experiment.experiment_dir / "log" / "dispatcher.log").read_text()
@@ -66,8 +67,8 @@ def test_killed_nas_experiment_resumes_from_the_state_file(tmp_path: Path) -> No
         time.sleep(0.5)
         if state_file.is_file():
             try:
-                history = torch.load(state_file, weights_only=True)["history"]
-            except (RuntimeError, EOFError, KeyError):
+                history = load_state(str(state_file))["history"]
+            except (HwAwareError, KeyError):
                 history = []
     first.kill()  # as a crash would: no checkpoint at stop
     output = first.communicate()[0]
@@ -76,7 +77,7 @@ def test_killed_nas_experiment_resumes_from_the_state_file(tmp_path: Path) -> No
     experiment_id = re.search(r"experiment id: (\w+)", output).group(1)
     done = subprocess.run([*script, "6", experiment_id], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    saved = torch.load(state_file, weights_only=True)
+    saved = load_state(str(state_file))
     keys = [tuple(k) for k, _ in saved["history"]]
     assert before <= set(keys) and len(keys) == len(set(keys))  # kept, none trained twice
     assert len(keys) >= 6 - 1  # the run continued (the model killed mid-training is not rerun)
@@ -128,7 +129,7 @@ def test_a_search_warm_starts_from_an_earlier_experiments_results(tmp_path: Path
         assert later.wait(timeout=300) == "DONE", later.describe()
         jobs = sorted(later.trial_jobs(), key=lambda job: job["sequenceId"])
     archs = final_archs(jobs)
-    saved = torch.load(later.experiment_dir / "hwaware" / "ppo_state.pt", weights_only=True)
+    saved = load_state(str(later.experiment_dir / "hwaware" / "ppo_state.pt"))
     assert {_names(k) for k, _ in saved["history"]} >= known  # learned the earlier results
     assert len(saved["history"]) == 3 + 3 - len(set(archs.values()) & known)
     log = (later.experiment_dir / "log" / "dispatcher.log").read_text()

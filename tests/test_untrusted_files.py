@@ -109,3 +109,17 @@ def test_trials_write_only_inside_their_experiment(tmp_path: Path, monkeypatch: 
     monkeypatch.delenv("NNI_EXP_ID")
     with pytest.raises(HwAwareError, match="not run by NNI"):
         inside_experiment(trial_dir, "--out")
+
+
+def test_a_ppo_state_whose_plain_part_names_a_global_is_refused_and_not_run(tmp_path: Path) -> None:
+    """The plain entries of a saved state are read by an unpickler that refuses every global."""
+    import torch
+
+    from nni_hwaware.strategies.ppo.records import PLAIN_KEY, load_state
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "ppo_state.pt"
+    torch.save({"policy": {"w": torch.zeros(2)}, PLAIN_KEY: {"history": pickle.dumps(_Payload(marker))}}, path)
+    with pytest.raises(HwAwareError, match=r"cannot read the PPO state .* delete it to start the search afresh") as err:
+        load_state(str(path))
+    assert "\n" not in str(err.value) and not marker.exists()

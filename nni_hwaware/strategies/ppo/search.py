@@ -350,12 +350,17 @@ class PPOSearch:
         """Milliseconds a decision: an :meth:`ask` and a :meth:`tell`."""
         return 1000 * (self.decision_seconds + self.tell_seconds) / max(1, self.decisions)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything to continue the search later: policy, optimiser, history, random state."""
+    def state_dict(self, *, copy_tensors: bool = True) -> dict[str, Any]:
+        """Everything to continue the search later: policy, optimiser, history, random state.
+
+        ``copy_tensors=False`` leaves the policy's and the optimiser's tensors shared with the search (for a
+        state written out at once, as the tuner writes one after every event); by default they are copies.
+        """
+        keep = copy.deepcopy if copy_tensors else (lambda state: state)
         return {
             "config": asdict(self.config),
-            "policy": copy.deepcopy(self.policy.state_dict()),
-            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "policy": keep(self.policy.state_dict()),
+            "optimizer": keep(self.optimizer.state_dict()),
             "generator": self.generator.get_state(),
             "history": [[list(k), self.history.rewards[k]] for k in self.history.order],
             "screened": [[list(k), r] for k, r in self.history.screened.items()],

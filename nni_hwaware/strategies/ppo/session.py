@@ -99,9 +99,9 @@ class SearchSession:
             raise HwAwareError("the tuner got no search space; set searchSpace/searchSpaceFile in the config")
         return self.search
 
-    def state_dict(self) -> dict[str, Any]:
-        """The search's state, plus under ``tuner`` the trial records."""
-        return {**self.ready().state_dict(), "tuner": self.records.state()}
+    def state_dict(self, *, copy_tensors: bool = True) -> dict[str, Any]:
+        """The search's state, plus under ``tuner`` the trial records (``copy_tensors``: as the search's)."""
+        return {**self.ready().state_dict(copy_tensors=copy_tensors), "tuner": self.records.state()}
 
     # -- proposing ---------------------------------------------------------------------
     def propose(self, parameter_id: int) -> dict[str, Any]:
@@ -356,7 +356,7 @@ class SearchSession:
 
     def _save_state(self) -> None:
         if self.job.state_file and self.search is not None:
-            save_state(self.job.state_file, self.state_dict())
+            save_state(self.job.state_file, self.state_dict(copy_tensors=False))
 
     def _save(self) -> None:
         self._save_state()

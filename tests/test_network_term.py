@@ -155,7 +155,7 @@ def test_a_space_of_wide_labels_gets_enough_calibration_networks_to_rank_by_its_
         truth = 1.1 * summed + 0.5 + np.array([sum(gap[k][v] for k, v in s.items()) for s in samples])
         return samples, summed, truth * np.exp(draw.normal(0, 0.01, n))  # 1 % timing noise
 
-    assert calibration_count(WIDE) == 128 and calibration_count({"a": [0, 1, 2]}) == CALIBRATION_SAMPLES
+    assert calibration_count(WIDE) == 256 and calibration_count({"a": [0]}) == CALIBRATION_SAMPLES
     tests, test_summed, test_truth = networks(60, seed + 1000)
 
     def ranks(n: int) -> float:

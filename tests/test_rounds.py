@@ -220,6 +220,31 @@ def test_steady_items_stop_at_min_rounds_and_a_time_budget_reports_misses() -> N
     assert timing.seconds >= 0.05
 
 
+def test_a_met_share_stops_when_enough_items_meet_the_target_and_is_checked() -> None:
+    """Calibration networks are fitted together: the rounds stop once a share of them is precise."""
+    now = [0.0]
+    calls = [0]
+
+    def steady(cost: float):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            now[0] += cost / 1000
+
+        return run
+
+    def noisy() -> None:
+        calls[0] += 1
+        now[0] += (1.0 + (calls[0] % 7) * 0.3) / 1000
+
+    runners = [steady(1.0 + 0.1 * k) for k in range(9)] + [noisy]
+    every = time_in_rounds(runners, min_rounds=10, max_seconds=1.0, clock=lambda: now[0])
+    assert every.missed == [9] and every.rounds > 10 and every.seconds >= 1.0  # waits out the budget
+    most = time_in_rounds(runners, min_rounds=10, max_seconds=1.0, met_share=0.9, clock=lambda: now[0])
+    assert most.rounds == 10 and most.missed == [9] and most.share_met == 0.9  # the one left is still reported
+    for bad in (0, 1.5, True):
+        with pytest.raises(HwAwareError, match="met_share must be a share in"):
+            time_in_rounds(runners, met_share=bad, clock=lambda: now[0])
+
+
 def test_probe_drift_and_median_interval() -> None:
     median, low, high = median_interval(range(1, 101))
     assert median == 50.5 and low < median < high and (low, high) == (41, 60)

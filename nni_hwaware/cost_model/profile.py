@@ -46,7 +46,12 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from nni_hwaware.cost_model.calibration import NetworkTerm, calibration_count, fit_network_term
+from nni_hwaware.cost_model.calibration import (
+    CALIBRATION_MET_SHARE,
+    NetworkTerm,
+    calibration_count,
+    fit_network_term,
+)
 from nni_hwaware.cost_model.leaves import SpaceLeaves, find_leaves
 from nni_hwaware.cost_model.model import ADDITIVE, CostFactor, SpaceCostModel
 from nni_hwaware.cost_table.table import CostTable
@@ -333,7 +338,7 @@ def _network_row(space: nn.Module, leaves: SpaceLeaves, table: CostTable, k: int
             weights.append(math.sqrt(max(1.0, k * ANCHOR_SHARE)))
     measured = measure_samples(space, samples, leaves.input_shape, backend=backend, device=device,
                                batch_size=batch_size, threads=threads, seed=seed, progress=progress,
-                               **timing)
+                               **{"met_share": CALIBRATION_MET_SHARE, **timing})
     summed = np.array([model.predict(s).latency_ms for s in samples])
     latencies = measured["latency_ms"].to_numpy()
     term = fit_network_term(samples, summed, latencies, leaves.choices, weights=weights,

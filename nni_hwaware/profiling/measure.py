@@ -97,6 +97,7 @@ def measure_modules(
     target: float = TIMING_TARGET,
     max_seconds: float | None = None,
     min_sample_ms: float = 1.0,
+    met_share: float = 1.0,
 ) -> tuple[list[ModuleCost], RoundsTiming]:
     """Measure latency, FLOPs, parameters and memory of every module, their latencies in shared rounds.
 
@@ -111,7 +112,8 @@ def measure_modules(
        the eager torch module (FLOPs and activations for the whole batch);
     3. every module's runner is timed by the one measuring engine,
        :func:`~nni_hwaware.profiling.rounds.time_in_rounds` (each round times every
-       module once, in a shuffled order; ``max_seconds`` is the budget of all rounds,
+       module once, in a shuffled order, until each module's latency, or ``met_share`` of them, is within
+       ``target``; ``max_seconds`` is the budget of all rounds,
        :func:`time_budget` of the modules by default; ``probe`` indexes the module whose per-round times record the machine's drift).
 
     Modules are left on ``device`` with their train/eval mode restored. Nothing touches
@@ -146,7 +148,7 @@ def measure_modules(
                 runners.append(runner)
             timing = time_in_rounds(runners, probe=probe, warmup=warmup, min_sample_ms=min_sample_ms,
                                     min_rounds=min_rounds, max_rounds=max_rounds, target=target,
-                                    max_seconds=max_seconds, seed=seed,
+                                    max_seconds=max_seconds, seed=seed, met_share=met_share,
                                     clock=sample_clock(str(dev), torch.get_num_threads()),
                                     budget_clock=time.perf_counter)
     finally:
